@@ -1,0 +1,79 @@
+# django-ojs developer tasks. `make help` lists them. CI runs `make test` (see .ci/run).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PG_HOST ?= 127.0.0.1
+PG_PORT ?= 5432
+PG_USER ?= postgres
+# Test databases: each run may name its own (the test database is test_<name>).
+SQLITE_URL ?= sqlite:////tmp/django-ojs-$(shell id -u).sqlite3
+PG_URL ?= postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs
+PYTEST_ARGS ?=
+PYTHON_DJ6 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.13 python3.12 2>/dev/null))
+VENV_DJ6 ?= .venv-django6
+DEMO_PORT ?= 8000
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test test-sqlite test-postgres test-django6 lint check-migrations bench db-up clean
+
+help: ## Show this help
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e . --group dev
+	@touch $@
+
+venv: $(VENV)/.installed ## Create the virtualenv and install django-ojs with its dev tools
+
+demo: $(VENV)/.installed ## Run the example project (SQLite) at http://127.0.0.1:8000/admin/ (admin/admin)
+	$(PY) manage.py migrate --noinput
+	DJANGO_SUPERUSER_PASSWORD=admin $(PY) manage.py createsuperuser --noinput --username admin --email admin@example.com 2>/dev/null || true
+	$(PY) manage.py runserver 127.0.0.1:$(DEMO_PORT)
+
+lint: $(VENV)/.installed ## ruff check and format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+check-migrations: $(VENV)/.installed ## Fail when models and migrations differ; run Django's checks
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) manage.py check
+
+test-sqlite: $(VENV)/.installed ## Run the whole suite on SQLite
+	DATABASE_URL=$(SQLITE_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+test-postgres: $(VENV)/.installed ## Run the whole suite on PostgreSQL (fails when CI=true and it is unreachable)
+	@if $(PY) -c "import psycopg; psycopg.connect(host='$(PG_HOST)', port=$(PG_PORT), user='$(PG_USER)', dbname='postgres', connect_timeout=5).close()" 2>/dev/null; then \
+		echo "== PostgreSQL suite ($(PG_HOST):$(PG_PORT))"; \
+		DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS); \
+	elif [ "$$CI" = "true" ]; then \
+		echo "ERROR: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable and CI=true: the PostgreSQL suite cannot run." >&2; exit 1; \
+	else \
+		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the PostgreSQL suite was NOT run (CI=true makes this an error)." >&2; \
+	fi
+
+test-django6: ## Run the suite on Django 6.x (needs Python 3.12+; skipped with a notice when none is installed)
+	@if [ -z "$(PYTHON_DJ6)" ]; then echo "NOTICE: no Python 3.12+ found: the Django 6.x suite was not run."; exit 0; fi; \
+	set -e; \
+	if [ ! -f $(VENV_DJ6)/.installed ] || [ pyproject.toml -nt $(VENV_DJ6)/.installed ]; then \
+		$(PYTHON_DJ6) -m venv $(VENV_DJ6); \
+		$(VENV_DJ6)/bin/python -m pip install --quiet --upgrade pip; \
+		$(VENV_DJ6)/bin/python -m pip install --quiet -e . --group test "django>=6.0,<7"; \
+		touch $(VENV_DJ6)/.installed; \
+	fi; \
+	echo "== Django $$($(VENV_DJ6)/bin/python -c 'import django; print(django.get_version())') suite on SQLite"; \
+	DATABASE_URL=sqlite:////tmp/django-ojs-dj6-$$(id -u).sqlite3 $(VENV_DJ6)/bin/python -m pytest $(PYTEST_ARGS)
+
+test: lint check-migrations test-sqlite test-postgres test-django6 ## Everything CI runs: lint, migrations check, SQLite, PostgreSQL, Django 6.x
+
+bench: $(VENV)/.installed ## Run the benchmarks on PostgreSQL (by hand; see docs/explanation/performance.md)
+	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench $(PY) bench/enqueue.py
+
+db-up: ## Start a local PostgreSQL with docker compose (if you have no server on 5432)
+	docker compose up -d postgres
+
+clean: ## Remove virtualenvs and caches
+	rm -rf $(VENV) $(VENV_DJ6) .pytest_cache .ruff_cache

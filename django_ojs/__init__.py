@@ -1,0 +1,79 @@
+"""django-ojs: Open Job Spec background jobs for Django.
+
+The public Python API, re-exported lazily (importing ``django_ojs`` must not touch models
+before Django's app registry is ready)::
+
+    import django_ojs
+    django_ojs.enqueue("email.send", ["ada@example.com"], queue="email")
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "InvalidTransition",
+    "JobNotFound",
+    "JobSpec",
+    "JobState",
+    "OJSError",
+    "RetryPolicy",
+    "ValidationError",
+    "__version__",
+    "ack",
+    "activate",
+    "beat",
+    "cancel",
+    "enqueue",
+    "enqueue_many",
+    "fail",
+    "fetch",
+    "retry_discarded",
+]
+
+_LAZY = {
+    "JobSpec": "django_ojs.envelope",
+    "JobState": "django_ojs.states",
+    "RetryPolicy": "django_ojs.retry",
+    "OJSError": "django_ojs.exceptions",
+    "ValidationError": "django_ojs.exceptions",
+    "InvalidTransition": "django_ojs.exceptions",
+    "JobNotFound": "django_ojs.exceptions",
+    "enqueue": "django_ojs.lifecycle",
+    "enqueue_many": "django_ojs.lifecycle",
+    "fetch": "django_ojs.lifecycle",
+    "ack": "django_ojs.lifecycle",
+    "fail": "django_ojs.lifecycle",
+    "cancel": "django_ojs.lifecycle",
+    "activate": "django_ojs.lifecycle",
+    "beat": "django_ojs.lifecycle",
+    "retry_discarded": "django_ojs.lifecycle",
+}
+
+if TYPE_CHECKING:
+    from django_ojs.envelope import JobSpec
+    from django_ojs.exceptions import InvalidTransition, JobNotFound, OJSError, ValidationError
+    from django_ojs.lifecycle import (
+        ack,
+        activate,
+        beat,
+        cancel,
+        enqueue,
+        enqueue_many,
+        fail,
+        fetch,
+        retry_discarded,
+    )
+    from django_ojs.retry import RetryPolicy
+    from django_ojs.states import JobState
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_ojs' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

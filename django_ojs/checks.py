@@ -1,0 +1,84 @@
+"""Django system checks for django-ojs (ids ``ojs.E00N`` / ``ojs.W00N``).
+
+Each id is documented in ``docs/reference/system-checks.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import Error, Warning, register
+from django.db import connections
+
+from django_ojs.conf import settings
+
+NUMERIC_SETTINGS = (
+    "OJS_VISIBILITY_TIMEOUT",
+    "OJS_EXECUTION_TIMEOUT",
+    "OJS_GRACE_PERIOD",
+    "OJS_HEARTBEAT_TIMEOUT",
+    "OJS_WORKER_HEARTBEAT_INTERVAL",
+    "OJS_WORKER_STALE_AFTER",
+)
+
+
+@register()
+def check_database(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    out: list[Any] = []
+    alias = settings.DATABASE
+    if alias not in django_settings.DATABASES:
+        return [
+            Error(
+                f"OJS_DATABASE names {alias!r}, which is not in DATABASES.",
+                id="ojs.E001",
+            )
+        ]
+    conn = connections[alias]
+    if conn.vendor not in ("postgresql", "sqlite"):
+        out.append(
+            Error(
+                f"django-ojs supports PostgreSQL and SQLite; {alias!r} is {conn.vendor}.",
+                id="ojs.E002",
+            )
+        )
+    if conn.vendor == "sqlite":
+        options = conn.settings_dict.get("OPTIONS", {})
+        if str(options.get("transaction_mode", "")).upper() not in ("IMMEDIATE", "EXCLUSIVE"):
+            out.append(
+                Warning(
+                    "SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE' can fail with "
+                    "'database is locked' when a worker and the web process write at once.",
+                    hint="Set DATABASES[...]['OPTIONS'] = {'transaction_mode': 'IMMEDIATE', "
+                    "'timeout': 20, 'init_command': 'PRAGMA journal_mode=WAL;'}.",
+                    id="ojs.W001",
+                )
+            )
+    if not getattr(django_settings, "USE_TZ", True):
+        out.append(
+            Error(
+                "django-ojs needs USE_TZ = True (OJS timestamps carry a timezone).", id="ojs.E003"
+            )
+        )
+    return out
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    out: list[Any] = []
+    for name in NUMERIC_SETTINGS:
+        value = getattr(django_settings, name, None)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            out.append(Error(f"{name} must be a non-negative number of seconds.", id="ojs.E004"))
+    policy = getattr(django_settings, "OJS_RETRY_POLICY", None)
+    if policy is not None:
+        from django_ojs.exceptions import ValidationError
+        from django_ojs.retry import RetryPolicy
+
+        try:
+            RetryPolicy.from_wire(policy)
+        except ValidationError as exc:
+            out.append(Error(f"OJS_RETRY_POLICY is invalid: {exc.message}", id="ojs.E005"))
+    return out

@@ -1,0 +1,101 @@
+"""Typed access to the ``OJS_*`` Django settings, read lazily on every access.
+
+Defaults are module constants (``DEFAULT_*``) so docs and code name them once. Nothing is
+cached, so ``override_settings`` works in tests. This module never writes settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+
+DEFAULT_DATABASE = "default"
+DEFAULT_QUEUE = "default"
+#: Reservation length when neither the fetch nor the job says (HTTP binding, SDK: 30 s).
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
+#: Execution timeout of one attempt (OJS core §5.2, timeouts §5.1: 1800 s).
+DEFAULT_EXECUTION_TIMEOUT = 1800.0
+#: Time between the soft timeout signal and forced termination (timeouts §5.4).
+DEFAULT_GRACE_PERIOD = 30.0
+#: Longest silence allowed between heartbeats for an active job (timeouts §5.5).
+DEFAULT_HEARTBEAT_TIMEOUT = 60.0
+#: How often a worker should beat (worker protocol §4.2).
+DEFAULT_WORKER_HEARTBEAT_INTERVAL = 5.0
+#: A worker silent this long is dead and its jobs are recovered (worker protocol §10).
+DEFAULT_WORKER_STALE_AFTER = 60.0
+#: Largest accepted envelope, in bytes (HTTP binding §16, JSON format §12.3).
+DEFAULT_MAX_ENVELOPE_BYTES = 1024 * 1024
+#: Error history entries kept per job (retry §10 asks for at least the last 10).
+DEFAULT_ERROR_HISTORY_LIMIT = 100
+DEFAULT_EVENT_SOURCE = "ojs://django-ojs"
+
+
+class Settings:
+    """One typed property per ``OJS_*`` setting. Read on each access."""
+
+    def _get(self, name: str, default: Any) -> Any:
+        return getattr(django_settings, name, default)
+
+    @property
+    def DATABASE(self) -> str:
+        """Database alias holding the job tables (``OJS_DATABASE``)."""
+        return str(self._get("OJS_DATABASE", DEFAULT_DATABASE))
+
+    @property
+    def VISIBILITY_TIMEOUT(self) -> float:
+        """Seconds a fetched job stays reserved without a heartbeat."""
+        return float(self._get("OJS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT))
+
+    @property
+    def EXECUTION_TIMEOUT(self) -> float:
+        """Default execution timeout of one attempt, in seconds."""
+        return float(self._get("OJS_EXECUTION_TIMEOUT", DEFAULT_EXECUTION_TIMEOUT))
+
+    @property
+    def GRACE_PERIOD(self) -> float:
+        """Default grace period after the execution timeout, in seconds."""
+        return float(self._get("OJS_GRACE_PERIOD", DEFAULT_GRACE_PERIOD))
+
+    @property
+    def HEARTBEAT_TIMEOUT(self) -> float:
+        """Default job heartbeat (stall) timeout, in seconds."""
+        return float(self._get("OJS_HEARTBEAT_TIMEOUT", DEFAULT_HEARTBEAT_TIMEOUT))
+
+    @property
+    def WORKER_HEARTBEAT_INTERVAL(self) -> float:
+        """Seconds between worker heartbeats."""
+        return float(self._get("OJS_WORKER_HEARTBEAT_INTERVAL", DEFAULT_WORKER_HEARTBEAT_INTERVAL))
+
+    @property
+    def WORKER_STALE_AFTER(self) -> float:
+        """Seconds of heartbeat silence after which a worker is considered dead."""
+        return float(self._get("OJS_WORKER_STALE_AFTER", DEFAULT_WORKER_STALE_AFTER))
+
+    @property
+    def RETRY_POLICY(self) -> dict[str, Any]:
+        """Overrides of the default retry policy (merged over the OJS defaults)."""
+        return dict(self._get("OJS_RETRY_POLICY", {}) or {})
+
+    @property
+    def STORE_EVENTS(self) -> bool:
+        """Write lifecycle events to the event table (signals are sent either way)."""
+        return bool(self._get("OJS_STORE_EVENTS", True))
+
+    @property
+    def EVENT_SOURCE(self) -> str:
+        """The ``source`` URI of emitted events."""
+        return str(self._get("OJS_EVENT_SOURCE", DEFAULT_EVENT_SOURCE))
+
+    @property
+    def MAX_ENVELOPE_BYTES(self) -> int:
+        """Largest accepted job envelope in bytes."""
+        return int(self._get("OJS_MAX_ENVELOPE_BYTES", DEFAULT_MAX_ENVELOPE_BYTES))
+
+    @property
+    def ERROR_HISTORY_LIMIT(self) -> int:
+        """How many error history entries a job keeps (oldest dropped first)."""
+        return int(self._get("OJS_ERROR_HISTORY_LIMIT", DEFAULT_ERROR_HISTORY_LIMIT))
+
+
+settings = Settings()

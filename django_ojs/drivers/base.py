@@ -1,0 +1,75 @@
+"""The driver contract: the few operations whose SQL differs between databases.
+
+``lifecycle`` calls a driver for the claim, for queue registration + wake-up notification
+after a push, and for waiting on new work. Nothing else in django-ojs branches on the
+database vendor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from django_ojs.models import Job
+
+
+@dataclass(frozen=True)
+class ClaimDefaults:
+    """Configured defaults (ms) for jobs that do not set their own timeouts."""
+
+    visibility_ms: int
+    timeout_ms: int
+    grace_ms: int
+    heartbeat_timeout_ms: int
+
+
+class Driver(Protocol):
+    vendor: str
+
+    def claim(
+        self,
+        queue: str,
+        limit: int,
+        *,
+        worker_id: str | None,
+        now: datetime,
+        visibility_ms: int | None,
+        defaults: ClaimDefaults,
+    ) -> list[Job]:
+        """Atomically move up to ``limit`` available jobs of ``queue`` to ``active``.
+
+        Order: priority high→low, then FIFO (id). Skips paused queues and jobs past their
+        ``stale_at``. Sets ``attempt += 1``, ``started_at``, ``worker_id`` and the
+        visibility/timeout/stall deadlines. Runs inside the caller's transaction.
+        """
+        ...
+
+    def after_push(self, queues: set[str], available: set[str]) -> None:
+        """Register ``queues`` (idempotent) and wake workers of the ``available`` ones.
+
+        Runs inside the pushing transaction; wake-ups are delivered only on commit.
+        """
+        ...
+
+    def listener(self, queues: list[str]) -> Listener:
+        """A new object that waits for work in ``queues`` (one per worker loop)."""
+        ...
+
+
+class Listener(Protocol):
+    def wait(self, timeout: float) -> bool:
+        """Block until work may be available or ``timeout`` seconds pass.
+
+        Returns True when woken by a notification, False on timeout or :meth:`wake`.
+        """
+        ...
+
+    def wake(self) -> None:
+        """Make a pending :meth:`wait` return now (from another thread)."""
+        ...
+
+    def close(self) -> None:
+        """Release the listening connection, if any."""
+        ...

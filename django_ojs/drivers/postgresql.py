@@ -1,0 +1,161 @@
+"""PostgreSQL driver: one-statement ``SKIP LOCKED`` claim and ``LISTEN/NOTIFY`` wake-ups.
+
+The only module with raw SQL. Each statement is a named constant with the reason the ORM
+is not enough.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+from django.db import connections
+
+from django_ojs.drivers.base import ClaimDefaults
+from django_ojs.models import Job
+
+CHANNEL = "ojs_job_available"
+
+# Why raw SQL: the claim must be ONE round trip that locks, updates and returns the rows
+# (as Oban, River and procrastinate do). The ORM cannot express UPDATE … FROM (SELECT …
+# FOR UPDATE SKIP LOCKED) … RETURNING. The CTE is an optimisation fence: PostgreSQL plans
+# the inner SELECT on its own, walking ojs_job_claim_idx (queue, priority DESC, id) over
+# available rows only, and SKIP LOCKED makes concurrent claimers pass over each other's
+# rows instead of queueing behind them (OJS core §6.5(2): exactly one worker claims a job).
+# Paused queues are excluded in the same statement, and jobs past their stale_at (expiry,
+# enqueue TTL, total timeout) are left for the reaper to discard.
+CLAIM_SQL = """
+WITH next AS (
+    SELECT id FROM ojs_job
+    WHERE state = 'available' AND queue = %(queue)s
+      AND (stale_at IS NULL OR stale_at > %(now)s)
+      AND NOT EXISTS (SELECT 1 FROM ojs_queue q WHERE q.name = %(queue)s AND q.paused)
+    ORDER BY priority DESC, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ojs_job AS j SET
+    state = 'active',
+    attempt = j.attempt + 1,
+    started_at = %(now)s,
+    worker_id = %(worker_id)s,
+    heartbeat_at = %(now)s,
+    visible_until = %(now)s + make_interval(
+        secs => COALESCE(%(visibility_ms)s, j.visibility_timeout_ms, %(default_visibility_ms)s)
+                / 1000.0),
+    timeout_at = %(now)s + make_interval(
+        secs => (COALESCE(j.timeout_ms, %(default_timeout_ms)s)
+                 + COALESCE(j.grace_period_ms, %(default_grace_ms)s)) / 1000.0),
+    stalled_at = %(now)s + make_interval(
+        secs => COALESCE(j.heartbeat_timeout_ms, %(default_heartbeat_ms)s) / 1000.0),
+    stale_at = LEAST(j.expires_at, j.deadline_at)
+FROM next
+WHERE j.id = next.id
+RETURNING j.*
+"""
+
+# Why raw SQL: registering the queues and waking listeners is one round trip instead of
+# two per push. pg_notify inside the pushing transaction is delivered only when (and if)
+# it commits, so a rolled-back job never wakes a worker.
+AFTER_PUSH_SQL = (
+    """
+WITH registered AS (
+    INSERT INTO ojs_queue (name, paused, created_at)
+    SELECT name, false, now() FROM unnest(%(queues)s::text[]) AS name
+    ON CONFLICT (name) DO NOTHING
+)
+SELECT pg_notify('"""
+    + CHANNEL
+    + """', name) FROM unnest(%(available)s::text[]) AS name
+"""
+)
+
+# Why raw SQL: LISTEN has no ORM equivalent.
+LISTEN_SQL = "LISTEN " + CHANNEL
+
+
+class PostgreSQLDriver:
+    vendor = "postgresql"
+
+    def __init__(self, using: str):
+        self.using = using
+
+    def claim(
+        self,
+        queue: str,
+        limit: int,
+        *,
+        worker_id: str | None,
+        now: datetime,
+        visibility_ms: int | None,
+        defaults: ClaimDefaults,
+    ) -> list[Job]:
+        params = {
+            "queue": queue,
+            "limit": limit,
+            "now": now,
+            "worker_id": worker_id,
+            "visibility_ms": visibility_ms,
+            "default_visibility_ms": defaults.visibility_ms,
+            "default_timeout_ms": defaults.timeout_ms,
+            "default_grace_ms": defaults.grace_ms,
+            "default_heartbeat_ms": defaults.heartbeat_timeout_ms,
+        }
+        jobs = list(Job.objects.db_manager(self.using).raw(CLAIM_SQL, params))
+        # RETURNING has no order: restore the claim order.
+        jobs.sort(key=lambda j: (-j.priority, j.id))
+        return jobs
+
+    def after_push(self, queues: set[str], available: set[str]) -> None:
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(
+                AFTER_PUSH_SQL, {"queues": sorted(queues), "available": sorted(available)}
+            )
+
+    def listener(self, queues: list[str]) -> PostgreSQLListener:
+        return PostgreSQLListener(self.using, queues)
+
+
+class PostgreSQLListener:
+    """A dedicated autocommit connection that ``LISTEN``s for pushes to some queues."""
+
+    def __init__(self, using: str, queues: list[str]):
+        import psycopg
+
+        params = connections[using].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        self._params = params
+        self._conn = psycopg.connect(**params, autocommit=True)
+        self._conn.execute(LISTEN_SQL)
+        self._queues = set(queues)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def wait(self, timeout: float) -> bool:
+        if self._closed:
+            return False
+        try:
+            for note in self._conn.notifies(timeout=timeout, stop_after=1):
+                # An empty payload is wake(): return without claiming to have work.
+                return bool(note.payload) and (not self._queues or note.payload in self._queues)
+        except Exception:
+            if self._closed:
+                return False
+            raise
+        return False
+
+    def wake(self) -> None:
+        # NOTIFY on our own channel from a short-lived connection interrupts wait().
+        with self._lock:
+            if self._closed:
+                return
+            import psycopg
+
+            with psycopg.connect(**self._params, autocommit=True) as conn:
+                conn.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._conn.close()

@@ -1,0 +1,484 @@
+"""The OJS job envelope: validation of what clients send, and rendering of what we return.
+
+Pure: no database access. ``build`` validates the Python API's keyword options,
+``from_wire`` the HTTP binding's request shapes (top-level fields and the ``options``
+wrapper, digest §1.6); both return a :class:`JobSpec` for ``lifecycle.push``.
+``to_wire`` renders a stored job (any object with the ``Job`` attributes) as OJS JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django_ojs.exceptions import EnvelopeTooLarge, ValidationError
+from django_ojs.retry import RetryPolicy, parse_duration
+
+SPECVERSION = "1.0"
+# Digest §8.18: lenient type pattern (CORE lower-case ⊂ conformance mixed case ⊂ OAPI '-').
+TYPE_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]*(\.[a-zA-Z][a-zA-Z0-9_-]*)*$")
+TYPE_MAX_LENGTH = 255
+QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9\-.]*$")
+QUEUE_MAX_LENGTH = 128
+PRIORITY_RANGE = (-1000, 1000)
+
+#: Attributes the system owns: ignored when a client sends them (OJS core §5.3).
+SYSTEM_ATTRIBUTES = frozenset(
+    {
+        "specversion", "state", "attempt", "created_at", "enqueued_at", "started_at",
+        "completed_at", "cancelled_at", "discarded_at", "error", "errors", "result",
+        "worker_id", "max_attempts", "next_attempt_at", "retry_delay_ms", "dead_letter",
+        "activated_at", "previous_state", "progress",
+    }
+)  # fmt: skip
+#: Top-level envelope attributes with a meaning (everything else is preserved as-is).
+KNOWN_ATTRIBUTES = frozenset(
+    {
+        "id", "type", "args", "meta", "queue", "priority", "timeout", "timeout_ms",
+        "scheduled_at", "expires_at", "retry", "unique", "schema", "tags", "pending",
+        "visibility_timeout", "visibility_timeout_ms", "total_timeout", "enqueue_ttl",
+        "grace_period", "heartbeat_timeout", "options",
+    }
+)  # fmt: skip
+
+# Durations of the timeouts extension: (name, python option, unit) -- seconds on the wire.
+TIMEOUT_FIELDS = (
+    "timeout",
+    "visibility_timeout",
+    "total_timeout",
+    "enqueue_ttl",
+    "grace_period",
+    "heartbeat_timeout",
+)
+
+
+@dataclass
+class JobSpec:
+    """A validated, normalised request to create one job."""
+
+    type: str
+    args: list[Any] = field(default_factory=list)
+    queue: str = "default"
+    meta: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    id: uuid.UUID | None = None
+    scheduled_at: datetime | None = None
+    expires_at: datetime | None = None
+    pending: bool = False
+    retry: RetryPolicy | None = None
+    unique: dict[str, Any] | None = None
+    schema: str | None = None
+    tags: list[str] = field(default_factory=list)
+    timeout_ms: int | None = None
+    visibility_timeout_ms: int | None = None
+    total_timeout_ms: int | None = None
+    enqueue_ttl_ms: int | None = None
+    grace_period_ms: int | None = None
+    heartbeat_timeout_ms: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_json(value: Any, path: str) -> Any:
+    """Return ``value`` as JSON-native data, or raise naming ``path`` (OJS core §5.5.1).
+
+    Tuples become lists; anything that is not str/int/float/bool/None/list/dict is refused
+    (no pickling, no ``default=str``), as are NaN/Infinity and non-string keys.
+    """
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError(f"{path} must not be NaN or Infinity", field=path)
+        return value
+    if isinstance(value, list | tuple):
+        return [check_json(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValidationError(f"{path} keys must be strings", field=path)
+            out[k] = check_json(v, f"{path}.{k}")
+        return out
+    raise ValidationError(
+        f"{path} must contain only JSON-native values, not {type(value).__name__}", field=path
+    )
+
+
+def parse_timestamp(value: Any, field_name: str, *, now: datetime | None = None) -> datetime:
+    """A timezone-aware datetime from a datetime or an RFC 3339 string (core §5.5.2).
+
+    A ``+PT5S``-style relative duration (OpenAPI) counts from ``now``.
+    """
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValidationError(f"{field_name} must be timezone-aware", field=field_name)
+        return value
+    if isinstance(value, str):
+        if value.startswith("+P"):
+            try:
+                ms = parse_duration(value[1:], field_name=field_name)
+            except ValidationError as exc:
+                raise ValidationError(exc.message, field=field_name) from None
+            return (now or datetime.now(UTC)) + timedelta(milliseconds=ms)
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValidationError(
+                f"{field_name} must be an RFC 3339 timestamp with a timezone", field=field_name
+            ) from None
+        if parsed.tzinfo is None:
+            raise ValidationError(
+                f"{field_name} must include a timezone designator (e.g. 'Z')", field=field_name
+            )
+        return parsed
+    raise ValidationError(f"{field_name} must be an RFC 3339 timestamp", field=field_name)
+
+
+def _seconds_to_ms(value: Any, field_name: str, *, allow_zero: bool = False) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(f"{field_name} must be a number of seconds", field=field_name)
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValidationError(
+            f"{field_name} must be {'non-negative' if allow_zero else 'positive'}",
+            field=field_name,
+        )
+    return round(value * 1000)
+
+
+def _ms(value: Any, field_name: str, *, allow_zero: bool = False) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(f"{field_name} must be a number of milliseconds", field=field_name)
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValidationError(f"{field_name} must be positive", field=field_name)
+    return round(value)
+
+
+def _uuid7(value: Any) -> uuid.UUID:
+    try:
+        parsed = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except (ValueError, TypeError, AttributeError):
+        raise ValidationError("id must be a UUIDv7 string", field="id") from None
+    if parsed.version != 7 or (isinstance(value, str) and value != str(parsed)):
+        raise ValidationError("id must be a lowercase, hyphenated UUIDv7", field="id")
+    return parsed
+
+
+def _validate_type(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValidationError("type is required and must be a non-empty string", field="type")
+    if len(value) > TYPE_MAX_LENGTH or not TYPE_RE.match(value):
+        raise ValidationError(
+            "type must be dot-separated segments of letters, digits, '_' or '-', each "
+            "starting with a letter (e.g. 'email.send')",
+            field="type",
+        )
+    return value
+
+
+def validate_queue(value: Any) -> str:
+    if value is None:
+        return "default"
+    if not isinstance(value, str) or not value:
+        raise ValidationError("queue must be a non-empty string", field="queue")
+    if len(value) > QUEUE_MAX_LENGTH or not QUEUE_RE.match(value):
+        raise ValidationError(
+            "queue must match [a-z0-9][a-z0-9-.]* and be at most 128 characters", field="queue"
+        )
+    return value
+
+
+def _validate_priority(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError("priority must be an integer", field="priority")
+    lo, hi = PRIORITY_RANGE
+    if not lo <= value <= hi:
+        raise ValidationError(f"priority must be between {lo} and {hi}", field="priority")
+    return value
+
+
+def _validate_unique(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValidationError("unique must be an object", field="unique")
+    return check_json(value, "unique")
+
+
+def _validate_tags(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+        raise ValidationError("tags must be an array of strings", field="tags")
+    return list(value)
+
+
+def _finish(spec: JobSpec, max_bytes: int) -> JobSpec:
+    if (
+        spec.timeout_ms is not None
+        and spec.total_timeout_ms is not None
+        and spec.total_timeout_ms < spec.timeout_ms
+    ):
+        raise ValidationError(
+            "total_timeout must be greater than or equal to timeout", field="total_timeout"
+        )
+    # Size of the variable part of the envelope (the fixed fields add a few hundred bytes).
+    size = len(
+        json.dumps([spec.args, spec.meta, spec.extra, spec.unique], separators=(",", ":"))
+    ) + len(spec.type)
+    if size > max_bytes:
+        raise EnvelopeTooLarge(
+            f"Job envelope is {size} bytes; the limit is {max_bytes} bytes.",
+            details={"size": size, "limit": max_bytes},
+        )
+    return spec
+
+
+def build(
+    type: str,
+    args: Any = (),
+    *,
+    max_bytes: int,
+    queue: str | None = None,
+    priority: int | None = None,
+    scheduled_at: datetime | timedelta | str | None = None,
+    expires_at: datetime | timedelta | str | None = None,
+    pending: bool = False,
+    retry: RetryPolicy | dict[str, Any] | None = None,
+    unique: dict[str, Any] | None = None,
+    schema: str | None = None,
+    tags: list[str] | None = None,
+    meta: dict[str, Any] | None = None,
+    timeout: float | timedelta | None = None,
+    visibility_timeout: float | timedelta | None = None,
+    total_timeout: float | timedelta | None = None,
+    enqueue_ttl: float | timedelta | None = None,
+    grace_period: float | timedelta | None = None,
+    heartbeat_timeout: float | timedelta | None = None,
+    id: uuid.UUID | str | None = None,
+    extra: dict[str, Any] | None = None,
+    now: datetime | None = None,
+    retry_base: RetryPolicy | None = None,
+) -> JobSpec:
+    """Validate Python-API options (OJS spelling; durations in seconds or ``timedelta``)."""
+    now = now or datetime.now(UTC)
+    if not isinstance(args, list | tuple):
+        raise ValidationError("args must be a list (JSON array) of positional values", field="args")
+    if meta is not None and not isinstance(meta, dict):
+        raise ValidationError("meta must be an object", field="meta")
+    if not isinstance(pending, bool):
+        raise ValidationError("pending must be a boolean", field="pending")
+    if schema is not None and not isinstance(schema, str):
+        raise ValidationError("schema must be a URI string", field="schema")
+    if isinstance(retry, RetryPolicy):
+        policy: RetryPolicy | None = retry
+    else:
+        policy = RetryPolicy.from_wire(retry, base=retry_base) if retry is not None else None
+    spec = JobSpec(
+        type=_validate_type(type),
+        args=check_json(list(args), "args"),
+        queue=validate_queue(queue),
+        meta=check_json(meta or {}, "meta"),
+        priority=_validate_priority(priority),
+        id=_uuid7(id) if id is not None else None,
+        scheduled_at=_when(scheduled_at, "scheduled_at", now),
+        expires_at=_when(expires_at, "expires_at", now),
+        pending=pending,
+        retry=policy,
+        unique=_validate_unique(unique),
+        schema=schema,
+        tags=_validate_tags(tags),
+        timeout_ms=_seconds_to_ms(timeout, "timeout"),
+        visibility_timeout_ms=_seconds_to_ms(visibility_timeout, "visibility_timeout"),
+        total_timeout_ms=_seconds_to_ms(total_timeout, "total_timeout"),
+        enqueue_ttl_ms=_seconds_to_ms(enqueue_ttl, "enqueue_ttl"),
+        grace_period_ms=_seconds_to_ms(grace_period, "grace_period", allow_zero=True),
+        heartbeat_timeout_ms=_seconds_to_ms(heartbeat_timeout, "heartbeat_timeout"),
+        extra=check_json(extra or {}, "extra"),
+    )
+    return _finish(spec, max_bytes)
+
+
+def _when(value: Any, name: str, now: datetime) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return now + value
+    return parse_timestamp(value, name, now=now)
+
+
+def from_wire(
+    body: Any,
+    *,
+    max_bytes: int,
+    now: datetime | None = None,
+    retry_base: RetryPolicy | None = None,
+) -> JobSpec:
+    """Validate an HTTP enqueue request (HTTP binding §9.1 plus the aliases of digest §1.6).
+
+    Options may sit in ``options`` (HTTP binding) or at top level (core, conformance);
+    ``options`` wins. Durations come as seconds (``timeout``), milliseconds
+    (``timeout_ms``) or, for ``visibility_timeout``, an ISO-8601 string. Unknown top-level
+    attributes are preserved (core §5.5.4); system-managed ones are ignored (core §5.3).
+    """
+    now = now or datetime.now(UTC)
+    if not isinstance(body, dict):
+        raise ValidationError("The job must be a JSON object", field="")
+    options = body.get("options") if body.get("options") is not None else {}
+    if not isinstance(options, dict):
+        raise ValidationError("options must be an object", field="options")
+
+    def opt(*names: str) -> Any:
+        for source in (options, body):
+            for name in names:
+                if source.get(name) is not None:
+                    return source[name]
+        return None
+
+    if "args" not in body:
+        raise ValidationError("args is required (a JSON array, which may be empty)", field="args")
+    if not isinstance(body["args"], list):
+        raise ValidationError("args must be a JSON array", field="args")
+    meta = body.get("meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise ValidationError("meta must be an object", field="meta")
+    meta = dict(meta or {})
+    metadata = options.get("metadata")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise ValidationError("options.metadata must be an object", field="options.metadata")
+        meta.update(metadata)
+    pending = opt("pending")
+    if pending is not None and not isinstance(pending, bool):
+        raise ValidationError("pending must be a boolean", field="pending")
+    retry = opt("retry", "retry_policy")
+    if retry is not None and not isinstance(retry, dict):
+        raise ValidationError("retry must be an object", field="retry")
+
+    def duration(name: str, *, allow_zero: bool = False) -> int | None:
+        ms = opt(f"{name}_ms")
+        if ms is not None:
+            return _ms(ms, f"{name}_ms", allow_zero=allow_zero)
+        value = opt(name)
+        if isinstance(value, str):  # OpenAPI allows ISO-8601 strings for durations
+            try:
+                return parse_duration(value, field_name=name)
+            except ValidationError as exc:
+                raise ValidationError(exc.message, field=name) from None
+        return _seconds_to_ms(value, name, allow_zero=allow_zero)
+
+    schema = body.get("schema")
+    if schema is not None and not isinstance(schema, str):
+        raise ValidationError("schema must be a URI string", field="schema")
+    extra = {
+        k: v for k, v in body.items() if k not in KNOWN_ATTRIBUTES and k not in SYSTEM_ATTRIBUTES
+    }
+    spec = JobSpec(
+        type=_validate_type(body.get("type")),
+        args=check_json(body["args"], "args"),
+        queue=validate_queue(opt("queue")),
+        meta=check_json(meta, "meta"),
+        priority=_validate_priority(opt("priority")),
+        id=_uuid7(body["id"]) if body.get("id") is not None else None,
+        scheduled_at=_when(opt("scheduled_at", "delay_until"), "scheduled_at", now),
+        expires_at=_when(opt("expires_at"), "expires_at", now),
+        pending=bool(pending),
+        retry=RetryPolicy.from_wire(retry, base=retry_base) if retry is not None else None,
+        unique=_validate_unique(opt("unique")),
+        schema=schema,
+        tags=_validate_tags(opt("tags")),
+        timeout_ms=duration("timeout"),
+        visibility_timeout_ms=duration("visibility_timeout"),
+        total_timeout_ms=duration("total_timeout"),
+        enqueue_ttl_ms=duration("enqueue_ttl"),
+        grace_period_ms=duration("grace_period", allow_zero=True),
+        heartbeat_timeout_ms=duration("heartbeat_timeout"),
+        extra=extra,
+    )
+    return _finish(spec, max_bytes)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def format_timestamp(value: datetime | None) -> str | None:
+    """RFC 3339 in UTC with millisecond precision and ``Z`` (HTTP binding §6.3)."""
+    if value is None:
+        return None
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def _seconds(ms: int | None) -> int | float | None:
+    if ms is None:
+        return None
+    return ms // 1000 if ms % 1000 == 0 else ms / 1000
+
+
+def to_wire(job: Any, *, default_retry: RetryPolicy | None = None) -> dict[str, Any]:
+    """Render a stored job as the complete OJS envelope (core §5, HTTP binding §9)."""
+    ts = format_timestamp
+    policy = RetryPolicy.from_wire(job.retry, base=default_retry) if job.retry else default_retry
+    out: dict[str, Any] = dict(job.extra or {})
+    out.update(
+        {
+            "specversion": SPECVERSION,
+            "id": str(job.id),
+            "type": job.type,
+            "queue": job.queue,
+            "args": job.args if job.args is not None else [],
+            "meta": job.meta if job.meta is not None else {},
+            "priority": job.priority,
+            "state": str(job.state),
+            "attempt": job.attempt,
+            "max_attempts": job.max_attempts,
+            "created_at": ts(job.created_at),
+            "enqueued_at": ts(job.enqueued_at),
+        }
+    )
+    optional = {
+        "scheduled_at": ts(job.scheduled_at),
+        "expires_at": ts(job.expires_at),
+        "started_at": ts(job.started_at),
+        "completed_at": ts(job.completed_at),
+        "cancelled_at": ts(job.cancelled_at),
+        "discarded_at": ts(job.discarded_at),
+        "next_attempt_at": ts(job.next_attempt_at) if job.state == "retryable" else None,
+        "timeout": _seconds(job.timeout_ms),
+        "timeout_ms": job.timeout_ms,
+        "visibility_timeout": _seconds(job.visibility_timeout_ms),
+        "visibility_timeout_ms": job.visibility_timeout_ms,
+        "total_timeout": _seconds(job.total_timeout_ms),
+        "enqueue_ttl": _seconds(job.enqueue_ttl_ms),
+        "grace_period": _seconds(job.grace_period_ms),
+        "heartbeat_timeout": _seconds(job.heartbeat_timeout_ms),
+        "retry": policy.to_wire() if policy else None,
+        "unique": job.unique,
+        "schema": job.schema,
+        "tags": job.tags or None,
+        "error": job.error,
+        "worker_id": job.worker_id if job.state == "active" else None,
+        "visible_until": ts(job.visible_until) if job.state == "active" else None,
+    }
+    out.update({k: v for k, v in optional.items() if v is not None})
+    out["errors"] = job.errors or []
+    if job.state == "completed" or job.result is not None:
+        out["result"] = job.result
+    if job.state == "discarded":
+        out["dead_letter"] = job.dead_letter
+    return out

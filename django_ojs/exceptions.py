@@ -1,0 +1,171 @@
+"""The OJS error hierarchy.
+
+Every error carries its OJS wire ``code`` (HTTP binding §16.3), an HTTP status, whether a
+client may retry, and structured ``details``. No DRF import here: ``api/exceptions.py``
+renders these; Python callers catch them directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OJSError(Exception):
+    """An OJS operation failed."""
+
+    code: str = "backend_error"
+    http_status: int = 500
+    retryable: bool = False
+
+    def __init__(self, message: str | None = None, *, details: dict[str, Any] | None = None):
+        self.message = message or (self.__doc__ or self.code).strip()
+        self.details: dict[str, Any] = dict(details or {})
+        super().__init__(self.message)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The body of an OJS error object (without ``request_id``)."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "retryable": self.retryable,
+            "details": self.details,
+        }
+
+
+class ValidationError(OJSError, ValueError):
+    """The job envelope or request is invalid."""
+
+    code = "invalid_payload"
+    http_status = 400
+
+    def __init__(self, message: str | None = None, *, field: str | None = None, **kwargs: Any):
+        super().__init__(message, **kwargs)
+        self.field = field
+        if field is not None:
+            self.details.setdefault("field", field)
+
+
+class RetryPolicyError(ValidationError):
+    """The retry policy is invalid."""
+
+    # OJS retry §11 names the error type ``validation.retry_policy_invalid``; the
+    # conformance suites expect HTTP 422 for it.
+    http_status = 422
+    error_type = "validation_error"
+
+
+class InvalidRequest(OJSError):
+    """The request is malformed."""
+
+    code = "invalid_request"
+    http_status = 400
+
+
+class EnvelopeTooLarge(OJSError):
+    """The job envelope exceeds the size limit."""
+
+    code = "envelope_too_large"
+    http_status = 413
+
+
+class NotFound(OJSError):
+    """The resource does not exist."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class JobNotFound(NotFound):
+    """The job does not exist."""
+
+    def __init__(self, job_id: object, message: str | None = None):
+        super().__init__(
+            message or f"Job '{job_id}' not found.",
+            details={"resource_type": "job", "resource_id": str(job_id)},
+        )
+        self.job_id = job_id
+
+
+class InvalidTransition(OJSError):
+    """The job's current state does not allow this operation."""
+
+    # OJS core §6.3: invalid transitions MUST be rejected. The conformance suite checks the
+    # code ``conflict`` (L0-OPS-032) and reads ``details.current_state`` (L0-LC-003).
+    code = "conflict"
+    http_status = 409
+
+    def __init__(
+        self,
+        job_id: object,
+        current_state: str,
+        operation: str,
+        expected_states: frozenset[str] | set[str] | tuple[str, ...] = (),
+        message: str | None = None,
+    ):
+        expected = sorted(expected_states)
+        super().__init__(
+            message
+            or f"Cannot {operation} job '{job_id}': it is {current_state}"
+            + (f" (expected {' or '.join(expected)})." if expected else "."),
+            details={
+                "job_id": str(job_id),
+                "current_state": current_state,
+                "attempted_operation": operation,
+                "expected_state": expected[0] if len(expected) == 1 else expected,
+            },
+        )
+        self.job_id = job_id
+        self.current_state = current_state
+        self.operation = operation
+
+
+class ReservationMismatch(OJSError):
+    """The job is reserved by another worker."""
+
+    # OJS worker protocol §5.6: ACK/FAIL from a worker that does not hold the reservation
+    # MUST be rejected.
+    code = "conflict"
+    http_status = 409
+
+    def __init__(self, job_id: object, worker_id: str, holder: str | None):
+        super().__init__(
+            f"Job '{job_id}' is reserved by worker '{holder}', not '{worker_id}'.",
+            details={
+                "job_id": str(job_id),
+                "worker_id": worker_id,
+                "reserved_by": holder,
+                "current_state": "active",
+            },
+        )
+
+
+class DuplicateJob(OJSError):
+    """A job with the same id or unique key already exists."""
+
+    code = "duplicate"
+    http_status = 409
+
+
+class QueuePaused(OJSError):
+    """The queue is paused."""
+
+    code = "queue_paused"
+    http_status = 422
+    retryable = True
+
+
+class Unsupported(OJSError):
+    """The feature or version is not supported."""
+
+    code = "unsupported"
+    http_status = 422
+
+
+class WorkerNotFound(NotFound):
+    """The worker does not exist."""
+
+    def __init__(self, worker_id: str):
+        super().__init__(
+            f"Worker '{worker_id}' not found.",
+            details={"resource_type": "worker", "resource_id": worker_id},
+        )

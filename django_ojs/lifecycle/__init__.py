@@ -1,0 +1,53 @@
+"""The OJS state machine: the only code that writes ``Job.state``.
+
+Everything else (HTTP views, admin actions, management commands, the worker, the reaper)
+calls these functions. Each transition is a compare-and-set inside ``transaction.atomic``
+that raises :class:`~django_ojs.exceptions.InvalidTransition` when the job is not in a
+state the operation accepts (OJS core §6.3), and records its events in the same
+transaction. Vendor-specific SQL is behind ``django_ojs.drivers``.
+"""
+
+from __future__ import annotations
+
+from django_ojs.lifecycle.claim import fetch
+from django_ojs.lifecycle.maintenance import (
+    expire_stale,
+    promote_due,
+    prune,
+    recover_dead_workers,
+    rescue_expired,
+)
+from django_ojs.lifecycle.push import enqueue, enqueue_many, push, push_many
+from django_ojs.lifecycle.settle import (
+    ack,
+    activate,
+    cancel,
+    delete_discarded,
+    fail,
+    retry_discarded,
+)
+from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, set_directive
+
+__all__ = [
+    "Heartbeat",
+    "ack",
+    "activate",
+    "beat",
+    "cancel",
+    "delete_discarded",
+    "deregister",
+    "enqueue",
+    "enqueue_many",
+    "expire_stale",
+    "fail",
+    "fetch",
+    "promote_due",
+    "prune",
+    "push",
+    "push_many",
+    "recover_dead_workers",
+    "register",
+    "rescue_expired",
+    "retry_discarded",
+    "set_directive",
+]

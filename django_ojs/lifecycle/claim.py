@@ -1,0 +1,112 @@
+"""FETCH (OJS core §7.2, worker protocol §6): claim available jobs for a worker.
+
+One fetch path for HTTP workers and the in-process ``ojs_worker``. The vendor-specific
+statement is the driver's ``claim``; this module orders queues, records the worker's sign
+of life and emits ``job.started``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from django_ojs.conf import settings
+from django_ojs.drivers import ClaimDefaults, get_driver
+from django_ojs.exceptions import ValidationError
+from django_ojs.lifecycle import events
+from django_ojs.lifecycle.policy import requested_ms
+from django_ojs.lifecycle.store import db
+from django_ojs.models import Job, Worker
+
+MAX_FETCH_COUNT = 1000
+
+
+def claim_defaults() -> ClaimDefaults:
+    return ClaimDefaults(
+        visibility_ms=round(settings.VISIBILITY_TIMEOUT * 1000),
+        timeout_ms=round(settings.EXECUTION_TIMEOUT * 1000),
+        grace_ms=round(settings.GRACE_PERIOD * 1000),
+        heartbeat_timeout_ms=round(settings.HEARTBEAT_TIMEOUT * 1000),
+    )
+
+
+def fetch(
+    queues: Sequence[str],
+    count: int = 1,
+    *,
+    worker_id: str | None = None,
+    visibility_timeout: float | timedelta | None = None,
+    using: str | None = None,
+) -> list[Job]:
+    """Claim up to ``count`` available jobs and return them ``active``.
+
+    Queues are tried in the order given; within a queue, priority high→low, then FIFO.
+    Each claimed job has ``attempt`` incremented, ``started_at`` set and a reservation of
+    ``visibility_timeout`` seconds (else the job's own, else ``OJS_VISIBILITY_TIMEOUT``).
+    Exactly one caller gets each job, even under concurrency (core §6.5(2)). Returns an
+    empty list when there is no work; never blocks.
+
+    Parameters
+    ----------
+    queues:
+        Queue names, most important first.
+    count:
+        Maximum number of jobs to claim (1 to 1000).
+    worker_id:
+        The claiming worker; recorded as the reservation holder. A worker row is created
+        or refreshed on the way (worker protocol §3: registration by first contact).
+    visibility_timeout:
+        Reservation length in seconds (or a ``timedelta``) for these jobs.
+    """
+    using = db(using)
+    if isinstance(queues, str) or not queues or not all(isinstance(q, str) and q for q in queues):
+        raise ValidationError("queues must be a non-empty list of queue names", field="queues")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FETCH_COUNT:
+        raise ValidationError(
+            f"count must be an integer from 1 to {MAX_FETCH_COUNT}", field="count"
+        )
+    visibility_ms = requested_ms(visibility_timeout, "visibility_timeout")
+    defaults = claim_defaults()
+    driver = get_driver(using)
+    now = timezone.now()
+    claimed: list[Job] = []
+    with transaction.atomic(using=using):
+        if worker_id:
+            _touch_worker(worker_id, list(queues), using, now)
+        for queue in dict.fromkeys(queues):  # keep order, drop repeats
+            remaining = count - len(claimed)
+            if remaining <= 0:
+                break
+            claimed.extend(
+                driver.claim(
+                    queue,
+                    remaining,
+                    worker_id=worker_id,
+                    now=now,
+                    visibility_ms=visibility_ms,
+                    defaults=defaults,
+                )
+            )
+        if claimed:
+            events.emit_many(
+                [
+                    ("job.started", job, {"worker_id": worker_id, "attempt": job.attempt})
+                    for job in claimed
+                ],
+                using,
+                now,
+            )
+    return claimed
+
+
+def _touch_worker(worker_id: str, queues: list[str], using: str, now) -> None:
+    # One upsert: create the worker on first contact, else refresh its sign of life.
+    Worker.objects.using(using).bulk_create(
+        [Worker(id=worker_id, queues=queues, started_at=now, last_heartbeat_at=now)],
+        update_conflicts=True,
+        unique_fields=["id"],
+        update_fields=["last_heartbeat_at"],
+    )

@@ -1,0 +1,275 @@
+"""Time-driven transitions the reaper calls: promote, expire, rescue, recover, prune.
+
+Each function handles a bounded batch and returns how many jobs it moved, so callers can
+loop until 0. Rows are locked with ``SKIP LOCKED`` on PostgreSQL so two reapers never
+fight over a row; every write is still a compare-and-set.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from django_ojs import failure
+from django_ojs.drivers import get_driver
+from django_ojs.exceptions import InvalidTransition
+from django_ojs.lifecycle import events
+from django_ojs.lifecycle.policy import grace_ms, heartbeat_timeout_ms, timeout_ms
+from django_ojs.lifecycle.settle import settle_failure
+from django_ojs.lifecycle.store import cas, db, trim_history
+from django_ojs.lifecycle.workers import stale_before
+from django_ojs.models import Event, Job, Worker
+from django_ojs.states import JobState
+
+BATCH = 500
+
+
+def _lock(qs: QuerySet[Job], using: str) -> list[Job]:
+    """Lock a batch of rows, skipping rows another transaction holds."""
+    if get_driver(using).vendor == "postgresql":
+        qs = qs.select_for_update(skip_locked=True)
+    return list(qs[:BATCH])
+
+
+def promote_due(*, now: datetime | None = None, using: str | None = None) -> int:
+    """``scheduled → available`` and ``retryable → available`` for jobs whose time has come."""
+    using = db(using)
+    now = now or timezone.now()
+    with transaction.atomic(using=using):
+        jobs = _lock(Job.objects.using(using).due(now).order_by("id"), using)
+        if not jobs:
+            return 0
+        ids = [j.id for j in jobs]
+        scheduled = [j for j in jobs if j.state == JobState.SCHEDULED]
+        Job.objects.using(using).filter(id__in=ids).due(now).update(
+            state=JobState.AVAILABLE, enqueued_at=now, next_attempt_at=None
+        )
+        for job in jobs:
+            job.state = JobState.AVAILABLE
+        # job.enqueued marks the entry into 'available' of a scheduled job; a retry's
+        # return to the queue was announced by job.retrying.
+        events.emit_many(
+            [
+                ("job.enqueued", j, {"priority": j.priority, "scheduled_at": j.scheduled_at})
+                for j in scheduled
+            ],
+            using,
+            now,
+        )
+        queues = {j.queue for j in jobs}
+        get_driver(using).after_push(queues, queues)
+    return len(jobs)
+
+
+def _timeout_error(
+    kind: str, type_: str, limit_ms: int, elapsed: timedelta, message: str
+) -> dict[str, Any]:
+    return {
+        "code": "timeout",
+        "type": type_,
+        "message": message,
+        "timeout_kind": kind,
+        "limit_seconds": round(limit_ms / 1000, 3),
+        "elapsed_seconds": round(elapsed.total_seconds(), 3),
+    }
+
+
+def expire_stale(*, now: datetime | None = None, using: str | None = None) -> int:
+    """Discard waiting jobs past ``expires_at``, their enqueue TTL or their total timeout.
+
+    Error types: ``expired`` (``job.expired``), ``enqueue_ttl_expired``
+    (``job.ttl_expired``) and ``total_timeout`` (``job.total_timeout``), timeouts §8.
+    """
+    using = db(using)
+    now = now or timezone.now()
+    count = 0
+    with transaction.atomic(using=using):
+        for job in _lock(Job.objects.using(using).stale(now).order_by("stale_at"), using):
+            age = now - job.created_at
+            if job.deadline_at is not None and job.deadline_at <= now:
+                error = _timeout_error(
+                    "total", "total_timeout", job.total_timeout_ms or 0, age,
+                    f"Job exceeded its total timeout of {(job.total_timeout_ms or 0) / 1000:g} seconds",
+                )  # fmt: skip
+                kind = "job.total_timeout"
+            elif job.expires_at is not None and job.expires_at <= now:
+                error = {
+                    "code": "expired",
+                    "type": "expired",
+                    "message": "Job expired before it could start",
+                    "expired_at": job.expires_at.isoformat(),
+                }
+                kind = "job.expired"
+            else:
+                error = _timeout_error(
+                    "enqueue_ttl", "enqueue_ttl_expired", job.enqueue_ttl_ms or 0, age,
+                    f"Job waited longer than its enqueue TTL of {(job.enqueue_ttl_ms or 0) / 1000:g} seconds",
+                )  # fmt: skip
+                kind = "job.ttl_expired"
+            entry = failure.entry({**error, "retryable": False}, attempt=job.attempt, now=now)
+            try:
+                cas(
+                    job,
+                    "expire",
+                    using,
+                    state=JobState.DISCARDED,
+                    discarded_at=now,
+                    completed_at=now,
+                    next_attempt_at=None,
+                    error=entry,
+                    errors=trim_history([*(job.errors or []), entry]),
+                )
+            except InvalidTransition:
+                continue
+            events.emit_many(
+                [
+                    (kind, job, {"created_at": job.created_at, "expired_at": now,
+                                 "ttl_ms": job.enqueue_ttl_ms, "error": failure.summary(entry)}),
+                    ("job.discarded", job, {"total_attempts": job.attempt,
+                                            "last_error": failure.summary(entry), "reason": entry["type"]}),
+                ],
+                using,
+                now,
+            )  # fmt: skip
+            count += 1
+    return count
+
+
+def rescue_expired(*, now: datetime | None = None, using: str | None = None) -> int:
+    """Resolve active jobs whose attempt can no longer succeed (timeouts §7, §8).
+
+    In order of precedence: past the total timeout → ``discarded`` (``total_timeout``);
+    past ``started_at + timeout + grace_period`` → retry policy (``timeout``); silent past
+    ``heartbeat_timeout`` → retry policy (``stalled``); past the reservation →
+    ``available`` again, or ``discarded`` when attempts are spent (``visibility_timeout``).
+    """
+    using = db(using)
+    now = now or timezone.now()
+    count = 0
+    with transaction.atomic(using=using):
+        for job in _lock(Job.objects.using(using).expired(now).order_by("started_at"), using):
+            elapsed = now - (job.started_at or now)
+            extra_events: tuple[str, ...] = ()
+            requeue = force = False
+            if job.deadline_at is not None and job.deadline_at <= now:
+                error = _timeout_error(
+                    "total", "total_timeout", job.total_timeout_ms or 0, now - job.created_at,
+                    f"Job exceeded its total timeout of {(job.total_timeout_ms or 0) / 1000:g} seconds",
+                )  # fmt: skip
+                extra_events, force = ("job.total_timeout",), True
+            elif job.timeout_at is not None and job.timeout_at <= now:
+                limit = timeout_ms(job)
+                error = _timeout_error(
+                    "execution", "timeout", limit, elapsed,
+                    f"Job execution exceeded timeout of {limit / 1000:g} seconds "
+                    f"(plus a {grace_ms(job) / 1000:g} second grace period)",
+                )  # fmt: skip
+                extra_events = ("job.timeout",)
+            elif job.stalled_at is not None and job.stalled_at <= now:
+                limit = heartbeat_timeout_ms(job)
+                error = _timeout_error(
+                    "stalled", "stalled", limit, now - (job.heartbeat_at or job.started_at or now),
+                    f"No heartbeat for {limit / 1000:g} seconds: the job is stalled",
+                )  # fmt: skip
+                extra_events = ("job.stalled",)
+            else:
+                error = {
+                    "code": "timeout",
+                    "type": "visibility_timeout",
+                    "message": "The reservation expired without ACK or FAIL",
+                    "worker_id": job.worker_id,
+                }
+                # Digest §8.2: straight back to available (no backoff), or discarded.
+                extra_events, requeue = ("job.stalled",), True
+            entry = failure.entry(error, attempt=job.attempt, now=now)
+            try:
+                settle_failure(
+                    job, entry, using, now, requeue=requeue, extra_events=extra_events,
+                    operation="rescue", force_discard=force,
+                )  # fmt: skip
+            except InvalidTransition:
+                continue
+            count += 1
+    return count
+
+
+def recover_dead_workers(*, now: datetime | None = None, using: str | None = None) -> int:
+    """Recover the jobs of workers silent past ``OJS_WORKER_STALE_AFTER`` (worker protocol §10).
+
+    Their active jobs go back to ``available`` (or ``discarded`` when attempts are spent)
+    with error type ``worker_death``; the dead workers are removed. Returns jobs recovered.
+    """
+    using = db(using)
+    now = now or timezone.now()
+    count = 0
+    with transaction.atomic(using=using):
+        dead = list(
+            Worker.objects.using(using)
+            .stale(stale_before(now))
+            .values_list("id", flat=True)[:BATCH]
+        )
+        if not dead:
+            return 0
+        jobs = _lock(
+            Job.objects.using(using).active().filter(worker_id__in=dead).order_by("id"), using
+        )
+        for job in jobs:
+            entry = failure.entry(
+                {
+                    "code": "worker_death",
+                    "type": "worker_death",
+                    "message": f"Worker '{job.worker_id}' stopped sending heartbeats",
+                    "worker_id": job.worker_id,
+                },
+                attempt=job.attempt,
+                now=now,
+            )
+            try:
+                settle_failure(job, entry, using, now, requeue=True, operation="rescue")
+            except InvalidTransition:
+                continue
+            count += 1
+        Worker.objects.using(using).filter(id__in=dead).delete()
+        for worker_id in dead:
+            events.emit_other(
+                "worker.stopped", worker_id, using, worker_id=worker_id, reason="heartbeat_timeout"
+            )
+    return count
+
+
+def prune(
+    *,
+    completed_before: datetime | None = None,
+    discarded_before: datetime | None = None,
+    cancelled_before: datetime | None = None,
+    events_before: datetime | None = None,
+    using: str | None = None,
+) -> dict[str, int]:
+    """Delete finished jobs and old events older than the given times (retention).
+
+    Dead-lettered jobs (``dead_letter=True``) are kept by ``discarded_before`` only if
+    they are older: callers pass the longer DLQ retention for them (digest §8.22).
+    """
+    using = db(using)
+    out = {"completed": 0, "discarded": 0, "cancelled": 0, "events": 0}
+    jobs = Job.objects.using(using)
+    with transaction.atomic(using=using):
+        if completed_before is not None:
+            out["completed"], _ = jobs.filter(
+                state=JobState.COMPLETED, completed_at__lt=completed_before
+            ).delete()
+        if discarded_before is not None:
+            out["discarded"], _ = jobs.filter(
+                state=JobState.DISCARDED, discarded_at__lt=discarded_before
+            ).delete()
+        if cancelled_before is not None:
+            out["cancelled"], _ = jobs.filter(
+                state=JobState.CANCELLED, cancelled_at__lt=cancelled_before
+            ).delete()
+        if events_before is not None:
+            out["events"], _ = Event.objects.using(using).filter(time__lt=events_before).delete()
+    return out

@@ -1,0 +1,194 @@
+"""PUSH (OJS core §7.1): create jobs in the caller's transaction, single or all-or-nothing batch.
+
+``enqueue``/``enqueue_many`` are the Python API: they validate keyword options with
+``envelope.build`` and call :func:`push`/:func:`push_many`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from uuid6 import uuid7
+
+from django_ojs import envelope
+from django_ojs.conf import settings
+from django_ojs.drivers import get_driver
+from django_ojs.envelope import JobSpec
+from django_ojs.exceptions import DuplicateJob, ValidationError
+from django_ojs.lifecycle import events
+from django_ojs.lifecycle.policy import default_retry_policy, millis
+from django_ojs.lifecycle.store import db
+from django_ojs.models import Job
+from django_ojs.states import JobState
+
+
+def _earliest(*values: datetime | None) -> datetime | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def _row(spec: JobSpec, now: datetime) -> Job:
+    if spec.pending:  # digest §8.34: pending wins over a future scheduled_at
+        state = JobState.PENDING
+    elif spec.scheduled_at is not None and spec.scheduled_at > now:
+        state = JobState.SCHEDULED
+    else:
+        state = JobState.AVAILABLE
+    policy = spec.retry
+    max_attempts = policy.max_attempts if policy else default_retry_policy().max_attempts
+    deadline = now + millis(spec.total_timeout_ms) if spec.total_timeout_ms else None
+    ttl = now + millis(spec.enqueue_ttl_ms) if spec.enqueue_ttl_ms else None
+    return Job(
+        id=spec.id or uuid7(),
+        type=spec.type,
+        queue=spec.queue,
+        args=spec.args,
+        meta=spec.meta,
+        priority=spec.priority,
+        state=state,
+        attempt=0,
+        max_attempts=max_attempts,
+        retry=policy.to_wire() if policy else None,
+        unique=spec.unique,
+        schema=spec.schema,
+        tags=spec.tags,
+        extra=spec.extra,
+        timeout_ms=spec.timeout_ms,
+        visibility_timeout_ms=spec.visibility_timeout_ms,
+        total_timeout_ms=spec.total_timeout_ms,
+        enqueue_ttl_ms=spec.enqueue_ttl_ms,
+        grace_period_ms=spec.grace_period_ms,
+        heartbeat_timeout_ms=spec.heartbeat_timeout_ms,
+        scheduled_at=spec.scheduled_at,
+        expires_at=spec.expires_at,
+        created_at=now,
+        enqueued_at=now,
+        deadline_at=deadline,
+        stale_at=_earliest(spec.expires_at, ttl, deadline),
+    )
+
+
+def _enqueue_event(job: Job) -> tuple[str, Job, dict[str, Any]]:
+    if job.state == JobState.SCHEDULED:
+        return ("job.scheduled", job, {"scheduled_at": job.scheduled_at})
+    return ("job.enqueued", job, {"priority": job.priority, "scheduled_at": job.scheduled_at})
+
+
+def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job]:
+    """Create jobs atomically: all of them or none (OJS core §7.1, batch variant).
+
+    Runs in the caller's transaction when there is one, so the jobs commit or roll back
+    with the caller's own rows. Raises :class:`DuplicateJob` if a client-supplied id exists.
+    """
+    using = db(using)
+    specs = list(specs)
+    now = timezone.now()
+    rows = [_row(spec, now) for spec in specs]
+    if not rows:
+        return []
+    given = [row.id for row, spec in zip(rows, specs, strict=False) if spec.id is not None]
+    with transaction.atomic(using=using):
+        if given:
+            if len(set(given)) != len(given):
+                raise DuplicateJob(
+                    "The batch repeats a job id.", details={"ids": [str(i) for i in given]}
+                )
+            existing = list(
+                Job.objects.using(using).filter(id__in=given).values_list("id", flat=True)
+            )
+            if existing:
+                raise DuplicateJob(
+                    f"A job with id '{existing[0]}' already exists.",
+                    details={"existing_job_id": str(existing[0])},
+                )
+        if len(rows) == 1:
+            rows[0].save(using=using, force_insert=True)
+        else:
+            Job.objects.using(using).bulk_create(rows, batch_size=2000)
+        events.emit_many([_enqueue_event(row) for row in rows], using, now)
+        get_driver(using).after_push(
+            {row.queue for row in rows},
+            {row.queue for row in rows if row.state == JobState.AVAILABLE},
+        )
+    for row in rows:
+        row._state.adding = False
+        row._state.db = using
+    return rows
+
+
+def push(spec: JobSpec, *, using: str | None = None) -> Job:
+    """Create one job from a validated :class:`~django_ojs.envelope.JobSpec`."""
+    return push_many([spec], using=using)[0]
+
+
+def enqueue(
+    type: str, args: Iterable[Any] = (), *, using: str | None = None, **options: Any
+) -> Job:
+    """Enqueue one job and return it.
+
+    Writes through the caller's database connection: inside ``transaction.atomic()`` the
+    job commits or rolls back with the caller's own rows.
+
+    Parameters
+    ----------
+    type:
+        The job type, dot-namespaced (``"email.send"``).
+    args:
+        Positional arguments: a list of JSON-native values.
+    options:
+        OJS attribute names: ``queue``, ``priority``, ``scheduled_at`` (aware datetime,
+        RFC 3339 string or ``timedelta`` from now), ``pending``, ``retry`` (dict or
+        :class:`~django_ojs.retry.RetryPolicy`), ``timeout``, ``meta``, ``expires_at``,
+        ``visibility_timeout``, ``total_timeout``, ``enqueue_ttl``, ``grace_period``,
+        ``heartbeat_timeout`` (seconds or ``timedelta``), ``unique``, ``schema``, ``tags``,
+        ``id`` (a UUIDv7).
+
+    Raises
+    ------
+    ValidationError
+        An option is invalid; ``exc.field`` names it.
+    """
+    return push(_spec(type, args, options), using=using)
+
+
+def enqueue_many(
+    jobs: Iterable[Mapping[str, Any] | JobSpec], *, using: str | None = None
+) -> list[Job]:
+    """Enqueue several jobs atomically (all or none).
+
+    Each item is a mapping with ``type``, optional ``args`` and any :func:`enqueue`
+    option, or a :class:`~django_ojs.envelope.JobSpec`. A validation error names the
+    failing item's index in ``exc.details["index"]``.
+    """
+    specs = []
+    for index, item in enumerate(jobs):
+        try:
+            if isinstance(item, JobSpec):
+                specs.append(item)
+            elif isinstance(item, Mapping):
+                options = dict(item)
+                if "type" not in options:
+                    raise ValidationError("type is required", field="type")
+                specs.append(_spec(options.pop("type"), options.pop("args", ()), options))
+            else:
+                raise ValidationError("each job must be a mapping or a JobSpec", field="")
+        except ValidationError as exc:
+            exc.details["index"] = index
+            exc.message = f"jobs[{index}]: {exc.message}"
+            exc.args = (exc.message,)
+            raise
+    return push_many(specs, using=using)
+
+
+def _spec(type: Any, args: Any, options: dict[str, Any]) -> JobSpec:
+    return envelope.build(
+        type,
+        args,
+        max_bytes=settings.MAX_ENVELOPE_BYTES,
+        retry_base=default_retry_policy(),
+        **options,
+    )

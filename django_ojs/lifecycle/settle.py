@@ -1,0 +1,301 @@
+"""ACK, FAIL, CANCEL, ACTIVATE and the dead-letter operations (OJS core §7.3-§7.6).
+
+Each operation locks the row, checks the state table, then writes with a compare-and-set.
+``settle_failure`` is the one place a failed attempt is resolved (FAIL, timeouts, stalls,
+lost reservations, dead workers, shutdown).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from django_ojs import envelope, failure, retry
+from django_ojs.drivers import get_driver
+from django_ojs.exceptions import JobNotFound, ValidationError
+from django_ojs.lifecycle import events
+from django_ojs.lifecycle.policy import millis, retry_policy, timeout_ms
+from django_ojs.lifecycle.store import cas, db, locked, require, require_holder, trim_history
+from django_ojs.models import Job
+from django_ojs.states import JobState
+
+
+def _duration_ms(job: Job, now: datetime) -> int | None:
+    return round((now - job.started_at).total_seconds() * 1000) if job.started_at else None
+
+
+_RELEASE = {"visible_until": None, "timeout_at": None, "stalled_at": None}
+
+
+def ack(
+    job_id: Any, result: Any = None, *, worker_id: str | None = None, using: str | None = None
+) -> Job:
+    """Complete an active job, storing ``result`` (any JSON value).
+
+    Raises :class:`InvalidTransition` unless the job is ``active``, and
+    :class:`ReservationMismatch` when ``worker_id`` is not the reservation holder.
+    """
+    using = db(using)
+    result = envelope.check_json(result, "result")
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        job = locked(job_id, using)
+        require(job, "ack")
+        require_holder(job, worker_id)
+        cas(
+            job,
+            "ack",
+            using,
+            state=JobState.COMPLETED,
+            completed_at=now,
+            result=result,
+            error=None,  # core §7.3(4): clear the previous attempt's error
+            **_RELEASE,
+        )
+        events.emit_job(
+            "job.completed",
+            job,
+            using,
+            now,
+            attempt=job.attempt,
+            duration_ms=_duration_ms(job, now),
+            result=result,
+        )
+    return job
+
+
+def fail(
+    job_id: Any,
+    error: Any,
+    *,
+    worker_id: str | None = None,
+    requeue: bool = False,
+    using: str | None = None,
+) -> Job:
+    """Report a failed attempt of an active job; the retry policy decides what follows.
+
+    ``error`` is ``{code?, type?, message, retryable?, details?, backtrace?}`` or a string.
+    The job becomes ``retryable`` (with ``next_attempt_at``) or ``discarded``; with
+    ``requeue=True`` it goes straight back to ``available`` (OpenAPI ``requeue``).
+    """
+    using = db(using)
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        job = locked(job_id, using)
+        require(job, "fail")
+        require_holder(job, worker_id)
+        entry = failure.entry(error, attempt=job.attempt, now=now)
+        settle_failure(job, entry, using, now, requeue=requeue)
+    return job
+
+
+def settle_failure(
+    job: Job,
+    entry: dict[str, Any],
+    using: str,
+    now: datetime,
+    *,
+    requeue: bool = False,
+    extra_events: tuple[str, ...] = (),
+    operation: str = "fail",
+    force_discard: bool = False,
+) -> Job:
+    """Record ``entry`` and move an active job to retryable, available or discarded.
+
+    ``requeue`` returns it to ``available`` at once when attempts remain (visibility loss,
+    dead worker, shutdown); ``force_discard`` ends it regardless (total timeout).
+    """
+    policy = retry_policy(job)
+    if force_discard:
+        decision = retry.Decision(
+            "discarded", dead_letter=policy.on_exhaustion == "dead_letter", reason="total_timeout"
+        )
+    else:
+        decision = retry.decide(
+            policy,
+            job.attempt,
+            error_type=entry.get("type"),
+            error_code=entry.get("code"),
+            retryable=entry.get("retryable"),
+        )
+        if decision.state == "retryable" and requeue:
+            decision = retry.Decision("available")
+    # Timeouts §9.1: no retry that could not finish inside the total timeout.
+    if (
+        decision.state != "discarded"
+        and job.deadline_at is not None
+        and now + millis(decision.delay_ms + timeout_ms(job)) > job.deadline_at
+    ):
+        decision = retry.Decision(
+            "discarded", dead_letter=policy.on_exhaustion == "dead_letter", reason="total_timeout"
+        )
+    history = trim_history([*(job.errors or []), entry])
+    fields: dict[str, Any] = {"error": entry, "errors": history, **_RELEASE}
+    if decision.state == "retryable":
+        fields.update(state=JobState.RETRYABLE, next_attempt_at=now + millis(decision.delay_ms))
+    elif decision.state == "available":
+        fields.update(state=JobState.AVAILABLE, enqueued_at=now, next_attempt_at=None)
+    else:
+        fields.update(
+            state=JobState.DISCARDED,
+            discarded_at=now,
+            completed_at=now,
+            dead_letter=decision.dead_letter,
+            next_attempt_at=None,
+        )
+    cas(job, operation, using, **fields)
+
+    short = failure.summary(entry)
+    items: list[tuple[str, Job, dict[str, Any]]] = [
+        (kind, job, {"attempt": job.attempt, "error": short}) for kind in extra_events
+    ]
+    items.append(
+        (
+            "job.failed",
+            job,
+            {"attempt": job.attempt, "error": short, "duration_ms": _duration_ms(job, now)},
+        )
+    )
+    if decision.state == "retryable":
+        items.append(
+            (
+                "job.retrying",
+                job,
+                {
+                    "attempt": job.attempt,
+                    "max_attempts": policy.max_attempts,
+                    "next_retry_at": job.next_attempt_at,
+                    "retry_delay_ms": decision.delay_ms,
+                    "error": short,
+                },
+            )
+        )
+    elif decision.state == "discarded":
+        items.append(
+            (
+                "job.discarded",
+                job,
+                {
+                    "total_attempts": job.attempt,
+                    "last_error": short,
+                    "dead_letter": decision.dead_letter,
+                    "reason": decision.reason,
+                },
+            )
+        )
+    events.emit_many(items, using, now)
+    if decision.state == "available":
+        get_driver(using).after_push({job.queue}, {job.queue})
+    job.retry_delay_ms = decision.delay_ms if decision.state == "retryable" else None
+    return job
+
+
+def cancel(
+    job_id: Any, *, reason: str | None = None, by: str | None = None, using: str | None = None
+) -> Job:
+    """Cancel a job that has not finished (core §7.6).
+
+    Cancelling an already-cancelled job succeeds and changes nothing; a completed or
+    discarded job raises :class:`InvalidTransition`. An active job is cancelled at once;
+    its worker learns it from the next heartbeat reply and a late ACK/FAIL is refused.
+    The returned job carries ``previous_state``.
+    """
+    using = db(using)
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        job = locked(job_id, using)
+        job.previous_state = job.state
+        if job.state == JobState.CANCELLED:
+            return job
+        require(job, "cancel")
+        previous = job.state
+        cas(job, "cancel", using, state=JobState.CANCELLED, cancelled_at=now, **_RELEASE)
+        events.emit_job(
+            "job.cancelled",
+            job,
+            using,
+            now,
+            previous_state=previous,
+            cancelled_by=by,
+            reason=reason,
+        )
+    return job
+
+
+def activate(job_id: Any, *, using: str | None = None) -> Job:
+    """Release a ``pending`` job: to ``available``, or ``scheduled`` if its time is ahead."""
+    using = db(using)
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        job = locked(job_id, using)
+        require(job, "activate")
+        job.previous_state = job.state
+        if job.scheduled_at is not None and job.scheduled_at > now:
+            cas(job, "activate", using, state=JobState.SCHEDULED)
+            events.emit_job("job.scheduled", job, using, now, scheduled_at=job.scheduled_at)
+        else:
+            cas(job, "activate", using, state=JobState.AVAILABLE, enqueued_at=now)
+            events.emit_job("job.enqueued", job, using, now, priority=job.priority)
+            get_driver(using).after_push({job.queue}, {job.queue})
+        job.activated_at = now
+    return job
+
+
+def retry_discarded(
+    job_id: Any, *, override: dict[str, Any] | None = None, using: str | None = None
+) -> Job:
+    """Manually retry a dead-lettered job: ``discarded → available`` (core §6.3, DLQ §6.3).
+
+    ``attempt`` restarts at 0 and the error history is kept. ``override`` may change
+    ``queue``, ``meta`` (merged) and ``retry`` for the new run.
+    """
+    using = db(using)
+    now = timezone.now()
+    override = override or {}
+    if not isinstance(override, dict):
+        raise ValidationError("override must be an object", field="override")
+    with transaction.atomic(using=using):
+        job = locked(job_id, using)
+        require(job, "retry_discarded")
+        fields: dict[str, Any] = {
+            "state": JobState.AVAILABLE,
+            "attempt": 0,
+            "enqueued_at": now,
+            "discarded_at": None,
+            "completed_at": None,
+            "started_at": None,
+            "error": None,
+            "dead_letter": False,
+            "next_attempt_at": None,
+            "worker_id": None,
+        }
+        if "queue" in override:
+            fields["queue"] = envelope.validate_queue(override["queue"])
+        if "meta" in override:
+            if not isinstance(override["meta"], dict):
+                raise ValidationError("override.meta must be an object", field="override.meta")
+            fields["meta"] = {**(job.meta or {}), **envelope.check_json(override["meta"], "meta")}
+        if "retry" in override:
+            policy = retry.RetryPolicy.from_wire(override["retry"], base=retry_policy(job))
+            fields["retry"] = policy.to_wire()
+            fields["max_attempts"] = policy.max_attempts
+        cas(job, "retry_discarded", using, **fields)
+        events.emit_job("dead_letter.retried", job, using, now)
+        events.emit_job("job.enqueued", job, using, now, priority=job.priority)
+        get_driver(using).after_push({job.queue}, {job.queue})
+        job.re_enqueued_at = now
+    return job
+
+
+def delete_discarded(job_id: Any, *, using: str | None = None) -> None:
+    """Delete a dead-lettered job for good (DLQ §6.4). Raises ``JobNotFound`` otherwise."""
+    using = db(using)
+    with transaction.atomic(using=using):
+        job = locked(job_id, using)
+        if job.state != JobState.DISCARDED:
+            raise JobNotFound(job_id, f"Job '{job_id}' is not in the dead letter queue.")
+        events.emit_job("dead_letter.deleted", job, using)
+        Job.objects.using(using).filter(pk=job.pk, state=JobState.DISCARDED).delete()

@@ -1,0 +1,85 @@
+"""Row-level helpers shared by the lifecycle operations: lock, check, compare-and-set.
+
+Internal to ``lifecycle``; nothing outside the package imports this module.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import F
+
+from django_ojs import states
+from django_ojs.conf import settings
+from django_ojs.exceptions import InvalidTransition, JobNotFound, ReservationMismatch
+from django_ojs.models import Job
+
+
+def db(using: str | None) -> str:
+    return using or settings.DATABASE
+
+
+def parse_id(job_id: Any) -> uuid.UUID:
+    if isinstance(job_id, uuid.UUID):
+        return job_id
+    try:
+        return uuid.UUID(str(job_id))
+    except (ValueError, TypeError, AttributeError):
+        raise JobNotFound(job_id) from None
+
+
+def locked(job_id: Any, using: str) -> Job:
+    """Load a job with a row lock (PostgreSQL; SQLite holds the database write lock)."""
+    pk = parse_id(job_id)
+    try:
+        return Job.objects.using(using).select_for_update().get(pk=pk)
+    except Job.DoesNotExist:
+        raise JobNotFound(job_id) from None
+
+
+def require(job: Job, operation: str) -> None:
+    """Raise :class:`InvalidTransition` unless ``operation`` may start from ``job.state``."""
+    allowed = states.allowed_from(operation)
+    if job.state not in allowed:
+        raise InvalidTransition(job.id, job.state, operation, allowed)
+
+
+def require_holder(job: Job, worker_id: str | None) -> None:
+    """OJS worker protocol §5.6: only the reservation holder may ACK or FAIL."""
+    if worker_id and job.worker_id and job.worker_id != worker_id:
+        raise ReservationMismatch(job.id, worker_id, job.worker_id)
+
+
+def cas(job: Job, operation: str, using: str, **fields: Any) -> Job:
+    """Compare-and-set: write ``fields`` only if the row still has the state we read.
+
+    ``UPDATE … WHERE id = ? AND state = ? AND attempt = ?`` (River's
+    ``JobSetStateIfRunning``). Zero rows means someone else moved the job first: that is
+    an invalid transition from the caller's point of view (OJS core §6.3).
+    """
+    target = fields.get("state")
+    if target is not None and target != job.state and not states.can_transition(job.state, target):
+        raise InvalidTransition(job.id, job.state, operation, {job.state})
+    changed = (
+        Job.objects.using(using)
+        .filter(pk=job.pk, state=job.state, attempt=job.attempt)
+        .update(**fields)
+    )
+    if changed != 1:
+        current = Job.objects.using(using).filter(pk=job.pk).values_list("state", flat=True).first()
+        if current is None:
+            raise JobNotFound(job.pk)
+        raise InvalidTransition(job.id, current, operation, states.allowed_from(operation))
+    for name, value in fields.items():
+        if not isinstance(value, F):
+            setattr(job, name, value)
+    return job
+
+
+def trim_history(errors: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep the newest ``OJS_ERROR_HISTORY_LIMIT`` error entries."""
+    errors = list(errors)
+    limit = settings.ERROR_HISTORY_LIMIT
+    return errors[-limit:] if limit > 0 else errors

@@ -1,0 +1,238 @@
+"""Workers (OJS worker protocol §3-§4): registration, BEAT, directives, deregistration.
+
+BEAT extends the reservations of the jobs a worker reports holding and returns the
+operator's directive. The only writer of ``Worker`` rows and of job heartbeat fields.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from django_ojs.conf import settings
+from django_ojs.exceptions import ValidationError, WorkerNotFound
+from django_ojs.lifecycle import events
+from django_ojs.lifecycle.policy import (
+    heartbeat_timeout_ms,
+    millis,
+    requested_ms,
+    visibility_ms,
+)
+from django_ojs.lifecycle.store import db
+from django_ojs.models import Job, Worker
+from django_ojs.states import JobState
+
+DIRECTIVES = ("", "quiet", "terminate")
+REPORTED_STATES = ("running", "quiet", "terminate")
+
+
+@dataclass
+class Heartbeat:
+    """The reply to a BEAT (HTTP binding §10.4 plus the worker protocol's fields)."""
+
+    worker_id: str
+    state: str  # running | quiet | terminate: what the server wants the worker to be
+    directive: str  # "" | quiet | terminate (OpenAPI clients read this)
+    jobs_extended: list[str] = field(default_factory=list)
+    #: Reported jobs that were cancelled meanwhile: the worker should stop them.
+    cancelled_jobs: list[str] = field(default_factory=list)
+    server_time: datetime = field(default_factory=timezone.now)
+
+
+def register(
+    worker_id: str,
+    *,
+    hostname: str = "",
+    pid: int | None = None,
+    queues: Sequence[str] = (),
+    concurrency: int | None = None,
+    labels: Sequence[str] = (),
+    started_at: datetime | None = None,
+    using: str | None = None,
+) -> Worker:
+    """Register (or re-register) a worker process (worker protocol §3.1)."""
+    using = db(using)
+    if not isinstance(worker_id, str) or not worker_id:
+        raise ValidationError("worker_id must be a non-empty string", field="worker_id")
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        worker, _ = Worker.objects.using(using).update_or_create(
+            id=worker_id,
+            defaults={
+                "hostname": hostname,
+                "pid": pid,
+                "queues": list(queues),
+                "concurrency": concurrency,
+                "labels": list(labels),
+                "state": "running",
+                "started_at": started_at or now,
+                "last_heartbeat_at": now,
+            },
+        )
+        events.emit_other(
+            "worker.started",
+            worker_id,
+            using,
+            worker_id=worker_id,
+            hostname=hostname,
+            pid=pid,
+            queues=list(queues),
+            concurrency=concurrency,
+        )
+    return worker
+
+
+def deregister(worker_id: str, *, using: str | None = None) -> None:
+    """Remove a worker that is shutting down cleanly (worker protocol §3.4)."""
+    using = db(using)
+    with transaction.atomic(using=using):
+        deleted, _ = Worker.objects.using(using).filter(id=worker_id).delete()
+        if deleted:
+            events.emit_other("worker.stopped", worker_id, using, worker_id=worker_id)
+
+
+def set_directive(worker_id: str, directive: str, *, using: str | None = None) -> Worker:
+    """Ask a worker to go ``quiet``, ``terminate`` or back to running (``""``).
+
+    Delivered in the worker's next heartbeat reply (worker protocol §4.4).
+    """
+    using = db(using)
+    if directive == "running":
+        directive = ""
+    if directive not in DIRECTIVES:
+        raise ValidationError(
+            "directive must be 'quiet', 'terminate' or 'running'", field="directive"
+        )
+    with transaction.atomic(using=using):
+        changed = Worker.objects.using(using).filter(id=worker_id).update(directive=directive)
+        if not changed:
+            raise WorkerNotFound(worker_id)
+        if directive:
+            events.emit_other(f"worker.{directive}", worker_id, using, worker_id=worker_id)
+        return Worker.objects.using(using).get(id=worker_id)
+
+
+def beat(
+    worker_id: str,
+    *,
+    active_job_ids: Sequence[Any] | None = None,
+    visibility_timeout: float | timedelta | None = None,
+    state: str | None = None,
+    hostname: str | None = None,
+    pid: int | None = None,
+    queues: Sequence[str] | None = None,
+    concurrency: int | None = None,
+    labels: Sequence[str] | None = None,
+    using: str | None = None,
+) -> Heartbeat:
+    """Record a worker's heartbeat and extend the reservations of the jobs it holds.
+
+    A job is extended only if it is still ``active`` and reserved by this worker (or
+    by nobody, for clients that fetch without a worker id). Reported jobs that were
+    cancelled come back in ``cancelled_jobs``. A worker never seen before is created.
+    """
+    using = db(using)
+    if not isinstance(worker_id, str) or not worker_id:
+        raise ValidationError("worker_id is required", field="worker_id")
+    if state is not None and state not in REPORTED_STATES:
+        raise ValidationError("state must be running, quiet or terminate", field="state")
+    ids = _job_ids(active_job_ids)
+    requested = requested_ms(visibility_timeout, "visibility_timeout")
+    now = timezone.now()
+    info: dict[str, Any] = {
+        "last_heartbeat_at": now,
+        "active_job_ids": [str(i) for i in ids],
+    }
+    for name, value in (
+        ("state", state),
+        ("hostname", hostname),
+        ("pid", pid),
+        ("queues", list(queues) if queues is not None else None),
+        ("concurrency", concurrency),
+        ("labels", list(labels) if labels is not None else None),
+    ):
+        if value is not None:
+            info[name] = value
+    with transaction.atomic(using=using):
+        worker, _ = Worker.objects.using(using).update_or_create(id=worker_id, defaults=info)
+        extended: list[str] = []
+        cancelled: list[str] = []
+        if ids:
+            owned = list(
+                Job.objects.using(using)
+                .filter(id__in=ids, state=JobState.ACTIVE)
+                .filter(Q(worker_id=worker_id) | Q(worker_id__isnull=True))
+                .only("id", "type", "queue", "state", "meta", "attempt", "visibility_timeout_ms",
+                      "heartbeat_timeout_ms")
+            )  # fmt: skip
+            groups: dict[tuple[int, int], list[Job]] = defaultdict(list)
+            for job in owned:
+                groups[(visibility_ms(job, requested), heartbeat_timeout_ms(job))].append(job)
+            for (vis, hb), jobs in groups.items():
+                Job.objects.using(using).filter(
+                    id__in=[j.id for j in jobs], state=JobState.ACTIVE
+                ).update(
+                    visible_until=now + millis(vis), stalled_at=now + millis(hb), heartbeat_at=now
+                )
+                for job in jobs:
+                    job.visible_until = now + millis(vis)
+            extended = [str(job.id) for job in owned]
+            events.emit_many(
+                [
+                    (
+                        "job.heartbeat",
+                        job,
+                        {
+                            "worker_id": worker_id,
+                            "attempt": job.attempt,
+                            "visible_until": job.visible_until,
+                        },
+                    )
+                    for job in owned
+                ],
+                using,
+                now,
+            )
+            cancelled = [
+                str(i)
+                for i in Job.objects.using(using)
+                .filter(id__in=ids, state=JobState.CANCELLED)
+                .values_list("id", flat=True)
+            ]
+    directive = worker.directive or ""
+    return Heartbeat(
+        worker_id=worker_id,
+        state=directive or "running",
+        directive=directive,
+        jobs_extended=extended,
+        cancelled_jobs=cancelled,
+        server_time=now,
+    )
+
+
+def _job_ids(values: Sequence[Any] | None) -> list[Any]:
+    import uuid
+
+    if values is None:
+        return []
+    if isinstance(values, str) or not isinstance(values, list | tuple | set):
+        raise ValidationError("active job ids must be a list", field="active_job_ids")
+    ids = []
+    for value in values:
+        try:
+            ids.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+        except (ValueError, TypeError, AttributeError):
+            continue  # an id that cannot be ours is simply not extended
+    return ids
+
+
+def stale_before(now: datetime) -> datetime:
+    """Workers whose last heartbeat is older than this are dead."""
+    return now - timedelta(seconds=settings.WORKER_STALE_AFTER)

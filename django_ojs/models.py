@@ -1,0 +1,267 @@
+"""The job store: ``Job``, ``Worker``, ``Queue`` and ``Event`` rows and their read vocabulary.
+
+Fields, indexes, constraints and QuerySet *reads* only. Nothing here changes a job's
+state: every write of ``Job.state`` and the fields that move with it is in ``lifecycle``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from uuid6 import uuid7
+
+from django_ojs import envelope, states
+from django_ojs.states import JobState
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    """Read vocabulary for jobs (``Job.objects.available()``, ``.due(now)``...)."""
+
+    def in_state(self, *names: str) -> JobQuerySet:
+        return self.filter(state__in=names)
+
+    def available(self) -> JobQuerySet:
+        return self.filter(state=JobState.AVAILABLE)
+
+    def active(self) -> JobQuerySet:
+        return self.filter(state=JobState.ACTIVE)
+
+    def terminal(self) -> JobQuerySet:
+        return self.filter(state__in=states.TERMINAL_STATES)
+
+    def dead_letter(self) -> JobQuerySet:
+        """Discarded jobs: the dead letter queue (digest §8.22)."""
+        return self.filter(state=JobState.DISCARDED)
+
+    def due(self, now: Any) -> JobQuerySet:
+        """Scheduled or retryable jobs whose time has come."""
+        return self.filter(
+            Q(state=JobState.SCHEDULED, scheduled_at__lte=now)
+            | Q(state=JobState.RETRYABLE, next_attempt_at__lte=now)
+        )
+
+    def stale(self, now: Any) -> JobQuerySet:
+        """Waiting jobs past ``expires_at``, their enqueue TTL or their total timeout."""
+        return self.filter(state__in=states.WAITING_STATES, stale_at__lte=now)
+
+    def expired(self, now: Any) -> JobQuerySet:
+        """Active jobs past their reservation, execution timeout, stall limit or deadline."""
+        return self.filter(state=JobState.ACTIVE).filter(
+            Q(visible_until__lte=now)
+            | Q(timeout_at__lte=now)
+            | Q(stalled_at__lte=now)
+            | Q(deadline_at__lte=now)
+        )
+
+
+class Job(models.Model):
+    """One OJS job: the envelope (core §5), its system attributes and its reservation."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    type = models.CharField(max_length=255)
+    queue = models.CharField(max_length=128, default="default")
+    args = models.JSONField(default=list, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    priority = models.IntegerField(default=0)
+    state = models.CharField(max_length=16, choices=states.CHOICES)
+    attempt = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=3)
+    #: The retry policy as sent (normalised, ISO durations); ``None`` means the default.
+    retry = models.JSONField(null=True, blank=True)
+    unique = models.JSONField(null=True, blank=True)
+    schema = models.CharField(max_length=512, null=True, blank=True)  # noqa: DJ001 - absent ≠ ""
+    tags = models.JSONField(default=list, blank=True)
+    #: Unknown client attributes, preserved and returned (core §5.5.4).
+    extra = models.JSONField(default=dict, blank=True)
+
+    # Timeouts extension (all in milliseconds; None means the configured default).
+    timeout_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    visibility_timeout_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    total_timeout_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    enqueue_ttl_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    grace_period_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    heartbeat_timeout_ms = models.PositiveBigIntegerField(null=True, blank=True)
+
+    # Time attributes (core §5.3).
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    discarded_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+
+    # Outcome.
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    dead_letter = models.BooleanField(default=False)
+
+    # The reservation (worker protocol §5) and derived deadlines the reaper scans.
+    worker_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = unreserved
+    visible_until = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    #: started_at + timeout + grace period of the current attempt.
+    timeout_at = models.DateTimeField(null=True, blank=True)
+    #: last heartbeat (or start) + heartbeat_timeout of the current attempt.
+    stalled_at = models.DateTimeField(null=True, blank=True)
+    #: created_at + total_timeout: the job is discarded past it, whatever its state.
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    #: Earliest of expires_at, enqueue TTL (until first start) and deadline_at.
+    stale_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        db_table = "ojs_job"
+        ordering = ["-id"]
+        indexes = [
+            # The claim: an index scan in (queue, priority DESC, id) order over available
+            # jobs only (OJS core §7.2: queue order, then priority, then FIFO).
+            models.Index(
+                fields=["queue", "-priority", "id"],
+                name="ojs_job_claim_idx",
+                condition=Q(state="available"),
+            ),
+            models.Index(
+                fields=["scheduled_at"],
+                name="ojs_job_scheduled_idx",
+                condition=Q(state="scheduled"),
+            ),
+            models.Index(
+                fields=["next_attempt_at"],
+                name="ojs_job_retryable_idx",
+                condition=Q(state="retryable"),
+            ),
+            models.Index(
+                fields=["worker_id"], name="ojs_job_active_idx", condition=Q(state="active")
+            ),
+            models.Index(
+                fields=["stale_at"],
+                name="ojs_job_stale_idx",
+                condition=Q(stale_at__isnull=False)
+                & Q(state__in=["scheduled", "available", "pending", "retryable"]),
+            ),
+            models.Index(fields=["state", "queue"], name="ojs_job_state_queue_idx"),
+            models.Index(fields=["type"], name="ojs_job_type_idx"),
+            models.Index(fields=["state", "completed_at"], name="ojs_job_finished_idx"),
+        ]
+        permissions = [
+            ("cancel_job", "Can cancel jobs"),
+            ("retry_job", "Can retry dead-lettered jobs"),
+            ("discard_job", "Can discard jobs"),
+            ("run_job_now", "Can make scheduled or retryable jobs available now"),
+            ("purge_job", "Can delete finished jobs"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.id} ({self.state})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return states.is_terminal(self.state)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The job as an OJS JSON envelope."""
+        from django_ojs.lifecycle.policy import default_retry_policy
+
+        return envelope.to_wire(self, default_retry=default_retry_policy(self.max_attempts))
+
+
+class WorkerQuerySet(models.QuerySet["Worker"]):
+    def stale(self, before: Any) -> WorkerQuerySet:
+        """Workers whose last heartbeat is older than ``before``."""
+        return self.filter(last_heartbeat_at__lt=before)
+
+
+class Worker(models.Model):
+    """A worker process known to the server (worker protocol §3-§4)."""
+
+    class Directive(models.TextChoices):
+        NONE = "", "running"
+        QUIET = "quiet", "quiet"
+        TERMINATE = "terminate", "terminate"
+
+    id = models.CharField(max_length=255, primary_key=True)
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    pid = models.IntegerField(null=True, blank=True)
+    queues = models.JSONField(default=list, blank=True)
+    concurrency = models.PositiveIntegerField(null=True, blank=True)
+    labels = models.JSONField(default=list, blank=True)
+    #: What the worker last reported: running, quiet or terminate.
+    state = models.CharField(max_length=16, default="running")
+    #: What the operator wants; delivered in the next heartbeat reply.
+    directive = models.CharField(max_length=16, choices=Directive.choices, default="", blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    last_heartbeat_at = models.DateTimeField(default=timezone.now)
+    active_job_ids = models.JSONField(default=list, blank=True)
+
+    objects = WorkerQuerySet.as_manager()
+
+    class Meta:
+        db_table = "ojs_worker"
+        ordering = ["-last_heartbeat_at"]
+        permissions = [("direct_worker", "Can quiet or terminate workers")]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Queue(models.Model):
+    """A named queue; created on first enqueue. Paused queues are not fetched from."""
+
+    name = models.CharField(max_length=128, primary_key=True)
+    paused = models.BooleanField(default=False)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "ojs_queue"
+        ordering = ["name"]
+        permissions = [("pause_queue", "Can pause and resume queues")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Event(models.Model):
+    """A lifecycle event (OJS events §2), written in the transaction of its transition."""
+
+    seq = models.BigAutoField(primary_key=True)
+    id = models.UUIDField(default=uuid7, unique=True, editable=False)
+    type = models.CharField(max_length=64)
+    source = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255, blank=True, default="")
+    time = models.DateTimeField(default=timezone.now)
+    job_id = models.UUIDField(null=True, blank=True)
+    queue = models.CharField(max_length=128, blank=True, default="")
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        db_table = "ojs_event"
+        ordering = ["seq"]
+        indexes = [
+            models.Index(fields=["job_id", "seq"], name="ojs_event_job_idx"),
+            models.Index(fields=["time"], name="ojs_event_time_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.subject}"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The event as its OJS envelope."""
+        return {
+            "specversion": envelope.SPECVERSION,
+            "id": f"evt_{self.id}",
+            "type": self.type,
+            "source": self.source,
+            "time": envelope.format_timestamp(self.time),
+            "subject": self.subject,
+            "datacontenttype": "application/json",
+            "data": self.data,
+        }

@@ -1,0 +1,91 @@
+"""Queue-level operations: pause, resume, list and count. Not job transitions.
+
+Pausing stops FETCH from a queue; enqueueing is still accepted (digest §8.17).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from django_ojs import envelope
+from django_ojs.conf import DEFAULT_QUEUE
+from django_ojs.lifecycle import events
+from django_ojs.lifecycle.store import db
+from django_ojs.models import Job, Queue
+from django_ojs.states import JobState
+
+
+def _set_paused(name: str, paused: bool, using: str | None, by: str | None) -> Queue:
+    using = db(using)
+    envelope.validate_queue(name)
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        queue, _ = Queue.objects.using(using).select_for_update().get_or_create(name=name)
+        if queue.paused != paused:
+            queue.paused = paused
+            queue.paused_at = now if paused else None
+            queue.save(using=using, update_fields=["paused", "paused_at"])
+            kind = "queue.paused" if paused else "queue.resumed"
+            events.emit_other(
+                kind, name, using, queue=name, **{("paused_by" if paused else "resumed_by"): by}
+            )
+    return queue
+
+
+def pause(name: str, *, by: str | None = None, using: str | None = None) -> Queue:
+    """Stop workers from fetching ``name`` (idempotent)."""
+    return _set_paused(name, True, using, by)
+
+
+def resume(name: str, *, by: str | None = None, using: str | None = None) -> Queue:
+    """Let workers fetch ``name`` again (idempotent)."""
+    return _set_paused(name, False, using, by)
+
+
+@dataclass
+class QueueInfo:
+    name: str
+    paused: bool = False
+    paused_at: datetime | None = None
+    created_at: datetime | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def list_queues(*, with_counts: bool = False, using: str | None = None) -> list[QueueInfo]:
+    """Every known queue (the ``default`` queue always exists), by name."""
+    using = db(using)
+    infos = {
+        q.name: QueueInfo(q.name, q.paused, q.paused_at, q.created_at)
+        for q in Queue.objects.using(using).all()
+    }
+    infos.setdefault(DEFAULT_QUEUE, QueueInfo(DEFAULT_QUEUE))
+    if with_counts:
+        for info in infos.values():
+            info.counts = {s.value: 0 for s in JobState}
+        rows = Job.objects.using(using).values("queue", "state").annotate(n=Count("id")).order_by()
+        for row in rows:
+            info = infos.setdefault(row["queue"], QueueInfo(row["queue"]))
+            info.counts = info.counts or {s.value: 0 for s in JobState}
+            info.counts[row["state"]] = row["n"]
+    return sorted(infos.values(), key=lambda i: i.name)
+
+
+def counts(name: str, *, using: str | None = None) -> dict[str, Any]:
+    """Jobs of queue ``name`` by state."""
+    using = db(using)
+    out = {s.value: 0 for s in JobState}
+    for row in (
+        Job.objects.using(using)
+        .filter(queue=name)
+        .values("state")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        out[row["state"]] = row["n"]
+    return out

@@ -1,0 +1,275 @@
+"""Retry policies (OJS retry spec): ISO-8601 durations, validation, backoff and matching.
+
+Pure: no database access. ``lifecycle.fail`` asks :func:`decide` what happens after a
+failed attempt; everything here is deterministic given a random number.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django_ojs.exceptions import RetryPolicyError
+
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_INITIAL_INTERVAL_MS = 1_000
+DEFAULT_BACKOFF_COEFFICIENT = 2.0
+DEFAULT_MAX_INTERVAL_MS = 300_000
+DEFAULT_JITTER = True
+DEFAULT_ON_EXHAUSTION = "discard"
+DEFAULT_BACKOFF_STRATEGY = "exponential"
+
+BACKOFF_STRATEGIES = ("exponential", "polynomial", "linear", "constant", "none")
+ON_EXHAUSTION = ("discard", "dead_letter")
+#: Handler directives that may arrive as ``error.code`` (retry §7).
+HANDLER_DIRECTIVES = ("RETRY", "DISCARD", "DEAD_LETTER", "FAIL")
+
+# Retry §14: the only accepted duration grammar (RET-19 MUST reject anything else).
+_DURATION = re.compile(
+    r"^P(?!$)(?:(?P<y>\d+)Y)?(?:(?P<mo>\d+)M)?(?:(?P<d>\d+)D)?"
+    r"(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<mi>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$"
+)
+
+
+def parse_duration(value: str, *, field_name: str = "duration") -> int:
+    """Parse an ISO-8601 duration (``PT1S``, ``PT0.5S``, ``P1DT2H``) to milliseconds.
+
+    Years and months count as 365 and 30 days (retry §4 discourages them).
+    """
+    if not isinstance(value, str):
+        raise RetryPolicyError(
+            f"{field_name} must be an ISO-8601 duration string", field=field_name
+        )
+    m = _DURATION.match(value)
+    if not m or value.endswith("T"):
+        raise RetryPolicyError(
+            f"{field_name} {value!r} is not an ISO-8601 duration (e.g. 'PT1S', 'PT5M')",
+            field=field_name,
+        )
+    parts = {k: float(v) if v else 0.0 for k, v in m.groupdict().items()}
+    seconds = (
+        parts["y"] * 365 * 86400
+        + parts["mo"] * 30 * 86400
+        + parts["d"] * 86400
+        + parts["h"] * 3600
+        + parts["mi"] * 60
+        + parts["s"]
+    )
+    return round(seconds * 1000)
+
+
+def format_duration(ms: int | float) -> str:
+    """Render milliseconds as a compact ISO-8601 duration (``PT1S``, ``PT1M30S``, ``PT0.5S``)."""
+    total = ms / 1000.0
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    out = "PT"
+    if hours:
+        out += f"{int(hours)}H"
+    if minutes:
+        out += f"{int(minutes)}M"
+    if seconds or out == "PT":
+        out += f"{seconds:.3f}".rstrip("0").rstrip(".") + "S"
+    return out
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """An effective retry policy (retry §2), with intervals in milliseconds."""
+
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    initial_interval_ms: int = DEFAULT_INITIAL_INTERVAL_MS
+    backoff_coefficient: float = DEFAULT_BACKOFF_COEFFICIENT
+    max_interval_ms: int = DEFAULT_MAX_INTERVAL_MS
+    jitter: bool = DEFAULT_JITTER
+    non_retryable_errors: tuple[str, ...] = field(default_factory=tuple)
+    on_exhaustion: str = DEFAULT_ON_EXHAUSTION
+    backoff_strategy: str = DEFAULT_BACKOFF_STRATEGY
+
+    @classmethod
+    def from_wire(cls, data: Any, *, base: RetryPolicy | None = None) -> RetryPolicy:
+        """Validate a wire/Python policy and merge it over ``base`` (retry §8, RET-10).
+
+        Accepts ISO durations (``initial_interval``) and the HTTP binding's integer
+        ``*_ms`` forms (the ``_ms`` form wins when both are given, digest §8.4), and
+        ``backoff_type`` as an alias of ``backoff_strategy``.
+        """
+        base = base or cls()
+        if data is None:
+            return base
+        if not isinstance(data, dict):
+            raise RetryPolicyError("retry must be an object", field="retry")
+        values: dict[str, Any] = {}
+        if "max_attempts" in data:
+            v = data["max_attempts"]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise RetryPolicyError(
+                    "retry.max_attempts must be a non-negative integer", field="retry.max_attempts"
+                )
+            values["max_attempts"] = v
+        for name in ("initial_interval", "max_interval"):
+            ms = _interval_ms(data, name)
+            if ms is not None:
+                values[f"{name}_ms"] = ms
+        if "backoff_coefficient" in data:
+            v = data["backoff_coefficient"]
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int | float)
+                or not math.isfinite(v)
+                or v < 1
+            ):
+                raise RetryPolicyError(
+                    "retry.backoff_coefficient must be a number >= 1.0",
+                    field="retry.backoff_coefficient",
+                )
+            values["backoff_coefficient"] = float(v)
+        if "jitter" in data:
+            if not isinstance(data["jitter"], bool):
+                raise RetryPolicyError("retry.jitter must be a boolean", field="retry.jitter")
+            values["jitter"] = data["jitter"]
+        if "non_retryable_errors" in data:
+            v = data["non_retryable_errors"]
+            if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+                raise RetryPolicyError(
+                    "retry.non_retryable_errors must be an array of strings",
+                    field="retry.non_retryable_errors",
+                )
+            values["non_retryable_errors"] = tuple(v)
+        if "on_exhaustion" in data:
+            if data["on_exhaustion"] not in ON_EXHAUSTION:
+                raise RetryPolicyError(
+                    "retry.on_exhaustion must be 'discard' or 'dead_letter'",
+                    field="retry.on_exhaustion",
+                )
+            values["on_exhaustion"] = data["on_exhaustion"]
+        strategy = data.get("backoff_strategy", data.get("backoff_type"))
+        if strategy is not None:
+            if strategy not in BACKOFF_STRATEGIES:
+                raise RetryPolicyError(
+                    f"retry.backoff_strategy must be one of {', '.join(BACKOFF_STRATEGIES)}",
+                    field="retry.backoff_strategy",
+                )
+            values["backoff_strategy"] = strategy
+        policy = RetryPolicy(**{**base.__dict__, **values})
+        if policy.max_interval_ms < policy.initial_interval_ms:
+            raise RetryPolicyError(
+                "retry.max_interval must be >= retry.initial_interval", field="retry.max_interval"
+            )
+        return policy
+
+    def to_wire(self) -> dict[str, Any]:
+        """The policy as the OJS wire shape, with ISO durations."""
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_interval": format_duration(self.initial_interval_ms),
+            "backoff_coefficient": self.backoff_coefficient,
+            "max_interval": format_duration(self.max_interval_ms),
+            "jitter": self.jitter,
+            "non_retryable_errors": list(self.non_retryable_errors),
+            "on_exhaustion": self.on_exhaustion,
+            "backoff_strategy": self.backoff_strategy,
+        }
+
+    def backoff_ms(self, retry_number: int, rand: float | None = None) -> int:
+        """Delay before retry ``retry_number`` (1 = the first retry), in ms (retry §3, §5).
+
+        ``rand`` in ``[0, 1)`` drives the jitter; pass it to make the result exact.
+        """
+        n = max(1, retry_number)
+        base = float(self.initial_interval_ms)
+        c = self.backoff_coefficient
+        if self.backoff_strategy == "exponential":
+            raw = base * c ** (n - 1)
+        elif self.backoff_strategy == "polynomial":
+            raw = base * n**c
+        elif self.backoff_strategy == "linear":
+            raw = base * n
+        else:
+            raw = base
+        cap = float(self.max_interval_ms)
+        delay = min(raw, cap)
+        if self.jitter:
+            r = random.random() if rand is None else rand  # noqa: S311 - jitter, not crypto
+            delay = min(delay * (0.5 + r), cap)  # RET-06: cap again after jitter
+        return round(delay)
+
+    def is_non_retryable(self, error_type: str | None, error_code: str | None = None) -> bool:
+        """True when the error matches ``non_retryable_errors`` (retry §6).
+
+        Exact match, or a ``prefix.*`` entry matching types that start with ``prefix.``.
+        The type is matched first; the code is the fallback (digest §0.1 item 6).
+        """
+        for candidate in (error_type, error_code):
+            if not candidate:
+                continue
+            for pattern in self.non_retryable_errors:
+                if pattern == candidate:
+                    return True
+                if pattern.endswith(".*") and candidate.startswith(pattern[:-1]):
+                    return True
+        return False
+
+
+def _interval_ms(data: dict[str, Any], name: str) -> int | None:
+    ms_key = f"{name}_ms"
+    if ms_key in data and data[ms_key] is not None:
+        v = data[ms_key]
+        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+            raise RetryPolicyError(
+                f"retry.{ms_key} must be a positive number of milliseconds", field=f"retry.{ms_key}"
+            )
+        return round(v)
+    if name in data and data[name] is not None:
+        v = data[name]
+        if isinstance(v, timedelta):
+            ms = round(v.total_seconds() * 1000)
+        else:
+            ms = parse_duration(v, field_name=f"retry.{name}")
+        if ms <= 0:
+            raise RetryPolicyError(f"retry.{name} must be greater than zero", field=f"retry.{name}")
+        return ms
+    return None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happens to a job after a failed attempt."""
+
+    state: str  # "retryable", "available" or "discarded"
+    delay_ms: int = 0
+    dead_letter: bool = False
+    reason: str = ""
+
+
+def decide(
+    policy: RetryPolicy,
+    attempt: int,
+    *,
+    error_type: str | None,
+    error_code: str | None = None,
+    retryable: bool | None = None,
+    rand: float | None = None,
+) -> Decision:
+    """Decide the next state after failed attempt number ``attempt`` (retry §7-§9).
+
+    ``retryable=False`` or a non-retryable match ends the job now; handler directives
+    (``DISCARD``/``FAIL``/``DEAD_LETTER``/``RETRY`` as ``error_code``) override the policy.
+    """
+    dead_letter = policy.on_exhaustion == "dead_letter"
+    if error_code == "DEAD_LETTER":
+        return Decision("discarded", dead_letter=True, reason="dead_letter")
+    if error_code in ("DISCARD", "FAIL"):
+        return Decision("discarded", dead_letter=False, reason=error_code.lower())
+    if retryable is False:
+        return Decision("discarded", dead_letter=dead_letter, reason="non_retryable")
+    if policy.is_non_retryable(error_type, error_code):
+        return Decision("discarded", dead_letter=dead_letter, reason="non_retryable")
+    # max_attempts counts every execution including the first; 0 and 1 both mean "once".
+    if attempt >= max(policy.max_attempts, 1):
+        return Decision("discarded", dead_letter=dead_letter, reason="exhausted")
+    return Decision("retryable", delay_ms=policy.backoff_ms(attempt, rand))

@@ -1,0 +1,10 @@
+"""URLs of the example project: the Django admin."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,35 @@
+"""Shared fixtures: vendor markers, database helpers and a polling wait helper."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    vendor = connection.vendor
+    for item in items:
+        for marker, needed in (("postgresql", "postgresql"), ("sqlite", "sqlite")):
+            if item.get_closest_marker(marker) and vendor != needed:
+                item.add_marker(pytest.mark.skip(reason=f"needs {needed}; this run uses {vendor}"))
+
+
+@pytest.fixture
+def wait_until() -> Callable[..., Any]:
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` seconds pass."""
+
+    def wait(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not met within {timeout}s")
+            time.sleep(interval)
+
+    return wait
