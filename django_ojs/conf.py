@@ -29,6 +29,18 @@ DEFAULT_MAX_ENVELOPE_BYTES = 1024 * 1024
 #: Error history entries kept per job (retry §10 asks for at least the last 10).
 DEFAULT_ERROR_HISTORY_LIMIT = 100
 DEFAULT_EVENT_SOURCE = "ojs://django-ojs"
+#: How often the reaper promotes, expires and rescues (seconds; OJS wants <= 1 s).
+DEFAULT_REAPER_INTERVAL = 0.5
+#: How often the reaper prunes (seconds).
+DEFAULT_PRUNE_INTERVAL = 60.0
+#: Retention of finished jobs and events, in seconds (None keeps them forever).
+DEFAULT_RETENTION = {
+    "completed": 7 * 86400,
+    "cancelled": 7 * 86400,
+    "discarded": 30 * 86400,
+    "dead_letter": 180 * 86400,  # DLQ §8: max_age P180D
+    "events": 7 * 86400,  # events §9: 7 days
+}
 
 
 class Settings:
@@ -96,6 +108,21 @@ class Settings:
     def ERROR_HISTORY_LIMIT(self) -> int:
         """How many error history entries a job keeps (oldest dropped first)."""
         return int(self._get("OJS_ERROR_HISTORY_LIMIT", DEFAULT_ERROR_HISTORY_LIMIT))
+
+    @property
+    def REAPER_INTERVAL(self) -> float:
+        """Seconds between reaper passes (promote, expire, rescue, recover)."""
+        return float(self._get("OJS_REAPER_INTERVAL", DEFAULT_REAPER_INTERVAL))
+
+    @property
+    def PRUNE_INTERVAL(self) -> float:
+        """Seconds between retention pruning passes."""
+        return float(self._get("OJS_PRUNE_INTERVAL", DEFAULT_PRUNE_INTERVAL))
+
+    @property
+    def RETENTION(self) -> dict[str, float | None]:
+        """Seconds to keep completed/cancelled/discarded/dead_letter jobs and events."""
+        return {**DEFAULT_RETENTION, **(self._get("OJS_RETENTION", {}) or {})}
 
 
 settings = Settings()

@@ -53,6 +53,13 @@ class Driver(Protocol):
         """
         ...
 
+    def try_lock(self, name: str) -> bool:
+        """Try to take a lock named ``name`` until the current transaction ends.
+
+        Used for leader election among reapers; True when this caller holds it.
+        """
+        ...
+
     def listener(self, queues: list[str]) -> Listener:
         """A new object that waits for work in ``queues`` (one per worker loop)."""
         ...

@@ -70,6 +70,10 @@ SELECT pg_notify('"""
 """
 )
 
+# Why raw SQL: advisory locks have no ORM equivalent. The transaction-scoped variant is
+# released at COMMIT/ROLLBACK, so a reaper that dies can never keep the leadership.
+TRY_LOCK_SQL = "SELECT pg_try_advisory_xact_lock(hashtext(%s))"
+
 # Why raw SQL: LISTEN has no ORM equivalent.
 LISTEN_SQL = "LISTEN " + CHANNEL
 
@@ -111,6 +115,11 @@ class PostgreSQLDriver:
             cursor.execute(
                 AFTER_PUSH_SQL, {"queues": sorted(queues), "available": sorted(available)}
             )
+
+    def try_lock(self, name: str) -> bool:
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(TRY_LOCK_SQL, [name])
+            return bool(cursor.fetchone()[0])
 
     def listener(self, queues: list[str]) -> PostgreSQLListener:
         return PostgreSQLListener(self.using, queues)

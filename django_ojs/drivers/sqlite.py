@@ -87,6 +87,10 @@ class SQLiteDriver:
             [Queue(name=name) for name in sorted(queues)], ignore_conflicts=True
         )
 
+    def try_lock(self, name: str) -> bool:
+        # An IMMEDIATE transaction already holds SQLite's single write lock.
+        return True
+
     def listener(self, queues: list[str]) -> PollingListener:
         return PollingListener()
 

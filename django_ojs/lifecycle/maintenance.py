@@ -245,17 +245,18 @@ def prune(
     *,
     completed_before: datetime | None = None,
     discarded_before: datetime | None = None,
+    dead_letter_before: datetime | None = None,
     cancelled_before: datetime | None = None,
     events_before: datetime | None = None,
     using: str | None = None,
 ) -> dict[str, int]:
-    """Delete finished jobs and old events older than the given times (retention).
+    """Delete finished jobs and events older than the given times (retention).
 
-    Dead-lettered jobs (``dead_letter=True``) are kept by ``discarded_before`` only if
-    they are older: callers pass the longer DLQ retention for them (digest §8.22).
+    Plain discards and dead-lettered jobs (``dead_letter=True``) have separate cut-offs:
+    the dead letter queue is kept longer (DLQ §8, digest §8.22). ``None`` keeps all.
     """
     using = db(using)
-    out = {"completed": 0, "discarded": 0, "cancelled": 0, "events": 0}
+    out = {"completed": 0, "discarded": 0, "dead_letter": 0, "cancelled": 0, "events": 0}
     jobs = Job.objects.using(using)
     with transaction.atomic(using=using):
         if completed_before is not None:
@@ -264,7 +265,11 @@ def prune(
             ).delete()
         if discarded_before is not None:
             out["discarded"], _ = jobs.filter(
-                state=JobState.DISCARDED, discarded_at__lt=discarded_before
+                state=JobState.DISCARDED, dead_letter=False, discarded_at__lt=discarded_before
+            ).delete()
+        if dead_letter_before is not None:
+            out["dead_letter"], _ = jobs.filter(
+                state=JobState.DISCARDED, dead_letter=True, discarded_at__lt=dead_letter_before
             ).delete()
         if cancelled_before is not None:
             out["cancelled"], _ = jobs.filter(

@@ -1,0 +1,123 @@
+"""The maintenance loop: promote due jobs, expire stale ones, rescue lost attempts, prune.
+
+Scheduling and logging only: every transition it causes is a ``lifecycle`` call
+(``promote_due``, ``expire_stale``, ``rescue_expired``, ``recover_dead_workers``,
+``prune``). On PostgreSQL one reaper at a time does a pass (a transaction-scoped advisory
+lock); the others skip it. Rows are claimed with ``SKIP LOCKED`` either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from django_ojs import lifecycle
+from django_ojs.conf import settings
+from django_ojs.drivers import get_driver
+from django_ojs.lifecycle.store import db
+
+logger = logging.getLogger("django_ojs.reaper")
+
+LOCK_NAME = "django_ojs.reaper"
+
+
+@dataclass
+class PassResult:
+    """What one reaper pass did (``None`` fields: skipped, another reaper leads)."""
+
+    leader: bool = True
+    promoted: int = 0
+    expired: int = 0
+    rescued: int = 0
+    recovered: int = 0
+    pruned: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def moved(self) -> int:
+        return self.promoted + self.expired + self.rescued + self.recovered
+
+
+def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
+    """One maintenance pass. Loops each step until its batch comes back short."""
+    using = db(using)
+    result = PassResult()
+    with transaction.atomic(using=using):
+        if not get_driver(using).try_lock(LOCK_NAME):
+            return PassResult(leader=False)
+        for name, step in (
+            ("promoted", lifecycle.promote_due),
+            ("expired", lifecycle.expire_stale),
+            ("rescued", lifecycle.rescue_expired),
+            ("recovered", lifecycle.recover_dead_workers),
+        ):
+            total = 0
+            while True:
+                moved = step(using=using)
+                total += moved
+                if moved < lifecycle.maintenance.BATCH:
+                    break
+            setattr(result, name, total)
+        if prune:
+            result.pruned = prune_expired(using=using)
+    return result
+
+
+def prune_expired(*, using: str | None = None) -> dict[str, int]:
+    """Delete what is older than ``OJS_RETENTION`` allows."""
+    now = timezone.now()
+    retention = settings.RETENTION
+
+    def before(key: str):
+        seconds = retention.get(key)
+        return None if seconds is None else now - timedelta(seconds=seconds)
+
+    return lifecycle.prune(
+        completed_before=before("completed"),
+        cancelled_before=before("cancelled"),
+        discarded_before=before("discarded"),
+        dead_letter_before=before("dead_letter"),
+        events_before=before("events"),
+        using=using,
+    )
+
+
+def run(
+    *,
+    interval: float | None = None,
+    prune_interval: float | None = None,
+    stop: threading.Event | None = None,
+    using: str | None = None,
+) -> None:
+    """Run passes every ``interval`` seconds until ``stop`` is set."""
+    interval = settings.REAPER_INTERVAL if interval is None else interval
+    prune_interval = settings.PRUNE_INTERVAL if prune_interval is None else prune_interval
+    stop = stop or threading.Event()
+    next_prune = time.monotonic() + min(prune_interval, 5.0)
+    logger.info("reaper started (every %.2fs, prune every %.0fs)", interval, prune_interval)
+    while not stop.is_set():
+        close_old_connections()
+        do_prune = time.monotonic() >= next_prune
+        try:
+            result = run_once(prune=do_prune, using=using)
+        except Exception:
+            logger.exception("reaper pass failed; retrying in %.2fs", interval)
+        else:
+            if do_prune:
+                next_prune = time.monotonic() + prune_interval
+            if result.moved or any(result.pruned.values()):
+                logger.info(
+                    "reaper: promoted=%d expired=%d rescued=%d recovered=%d pruned=%s",
+                    result.promoted,
+                    result.expired,
+                    result.rescued,
+                    result.recovered,
+                    result.pruned,
+                )
+        stop.wait(interval)
+    logger.info("reaper stopped")
