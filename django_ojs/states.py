@@ -60,6 +60,9 @@ OPERATIONS: dict[str, frozenset[str]] = {
     "promote": frozenset({S.SCHEDULED, S.RETRYABLE}),
     "expire": frozenset(WAITING_STATES),
     "rescue": frozenset({S.ACTIVE}),
+    # Operator actions (admin): end a job now, or make a waiting job available now.
+    "discard": frozenset({S.SCHEDULED, S.AVAILABLE, S.PENDING, S.ACTIVE, S.RETRYABLE}),
+    "run_now": frozenset({S.SCHEDULED, S.RETRYABLE}),
 }
 IDEMPOTENT: dict[str, frozenset[str]] = {"cancel": frozenset({S.CANCELLED})}
 

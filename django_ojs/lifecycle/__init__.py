@@ -23,8 +23,11 @@ from django_ojs.lifecycle.settle import (
     activate,
     cancel,
     delete_discarded,
+    discard,
     fail,
+    purge,
     retry_discarded,
+    run_now,
 )
 from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, set_directive
 
@@ -36,6 +39,7 @@ __all__ = [
     "cancel",
     "delete_discarded",
     "deregister",
+    "discard",
     "enqueue",
     "enqueue_many",
     "expire_stale",
@@ -43,11 +47,13 @@ __all__ = [
     "fetch",
     "promote_due",
     "prune",
+    "purge",
     "push",
     "push_many",
     "recover_dead_workers",
     "register",
     "rescue_expired",
     "retry_discarded",
+    "run_now",
     "set_directive",
 ]

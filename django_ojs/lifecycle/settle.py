@@ -299,3 +299,85 @@ def delete_discarded(job_id: Any, *, using: str | None = None) -> None:
             raise JobNotFound(job_id, f"Job '{job_id}' is not in the dead letter queue.")
         events.emit_job("dead_letter.deleted", job, using)
         Job.objects.using(using).filter(pk=job.pk, state=JobState.DISCARDED).delete()
+
+
+def discard(
+    job_id: Any, *, reason: str | None = None, by: str | None = None, using: str | None = None
+) -> Job:
+    """Operator action: end an unfinished job now as ``discarded`` (into the dead letter).
+
+    The job is marked ``dead_letter`` so it can be inspected and retried later.
+    """
+    using = db(using)
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        job = locked(job_id, using)
+        require(job, "discard")
+        job.previous_state = job.state
+        entry = failure.entry(
+            {
+                "code": "discarded",
+                "type": "discarded",
+                "message": reason or "Discarded by an operator",
+                "retryable": False,
+                "discarded_by": by,
+            },
+            attempt=job.attempt,
+            now=now,
+        )
+        cas(
+            job,
+            "discard",
+            using,
+            state=JobState.DISCARDED,
+            discarded_at=now,
+            completed_at=now,
+            dead_letter=True,
+            next_attempt_at=None,
+            error=entry,
+            errors=trim_history([*(job.errors or []), entry]),
+            **_RELEASE,
+        )
+        events.emit_job(
+            "job.discarded",
+            job,
+            using,
+            now,
+            total_attempts=job.attempt,
+            last_error=failure.summary(entry),
+            reason="operator",
+            discarded_by=by,
+        )
+    return job
+
+
+def run_now(job_id: Any, *, using: str | None = None) -> Job:
+    """Operator action: make a ``scheduled`` or ``retryable`` job ``available`` at once."""
+    using = db(using)
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        job = locked(job_id, using)
+        require(job, "run_now")
+        job.previous_state = job.state
+        cas(job, "run_now", using, state=JobState.AVAILABLE, enqueued_at=now, next_attempt_at=None)
+        events.emit_job("job.enqueued", job, using, now, priority=job.priority, run_now=True)
+        get_driver(using).after_push({job.queue}, {job.queue})
+    return job
+
+
+def purge(job_ids: Any, *, using: str | None = None) -> int:
+    """Delete finished (completed, cancelled or discarded) jobs; others are left alone.
+
+    Returns how many were deleted.
+    """
+    using = db(using)
+    with transaction.atomic(using=using):
+        deleted, _ = (
+            Job.objects.using(using)
+            .filter(
+                pk__in=list(job_ids),
+                state__in=[JobState.COMPLETED, JobState.CANCELLED, JobState.DISCARDED],
+            )
+            .delete()
+        )
+    return deleted
