@@ -1,0 +1,671 @@
+"""Every lifecycle operation and its error paths, on the database of this run."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+from uuid6 import uuid7
+
+import django_ojs
+from django_ojs import lifecycle, queues, signals
+from django_ojs.exceptions import (
+    DuplicateJob,
+    InvalidTransition,
+    JobNotFound,
+    ReservationMismatch,
+    ValidationError,
+)
+from django_ojs.models import Event, Job, Queue, Worker
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+NO_JITTER = {"jitter": False, "initial_interval": "PT1S"}
+
+
+def event_types(job):
+    return list(Event.objects.filter(job_id=job.id).order_by("seq").values_list("type", flat=True))
+
+
+def claim_one(queue="default", worker_id="w1", **kwargs):
+    jobs = lifecycle.fetch([queue], worker_id=worker_id, **kwargs)
+    assert len(jobs) == 1
+    return jobs[0]
+
+
+# ----------------------------------------------------------------------------- push
+
+
+def test_enqueue__available_job_with_system_attributes():
+    job = django_ojs.enqueue("email.send", ["a@b.c"], queue="email", priority=5, meta={"k": 1})
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.state == "available"
+    assert (stored.attempt, stored.max_attempts, stored.priority) == (0, 3, 5)
+    assert stored.id.version == 7
+    assert stored.created_at == stored.enqueued_at
+    assert Queue.objects.filter(name="email").exists()
+    assert event_types(job) == ["job.enqueued"]
+
+
+def test_enqueue__future_scheduled_at_is_scheduled_and_past_is_available():
+    later = django_ojs.enqueue("a", scheduled_at=timedelta(minutes=5))
+    past = django_ojs.enqueue("a", scheduled_at=timezone.now() - timedelta(minutes=5))
+    assert (later.state, past.state) == ("scheduled", "available")
+    assert event_types(later) == ["job.scheduled"]
+
+
+def test_enqueue__pending_wins_over_scheduled_at():
+    job = django_ojs.enqueue("a", pending=True, scheduled_at=timedelta(minutes=5))
+    assert job.state == "pending"
+
+
+def test_enqueue__client_id_and_duplicate_id():
+    job_id = uuid7()
+    job = django_ojs.enqueue("a", id=str(job_id))
+    assert job.id == job_id
+    with pytest.raises(DuplicateJob) as info:
+        django_ojs.enqueue("a", id=job_id)
+    assert info.value.details["existing_job_id"] == str(job_id)
+    assert Job.objects.count() == 1
+
+
+def test_enqueue__validation_error_names_field_and_writes_nothing():
+    with pytest.raises(ValidationError) as info:
+        django_ojs.enqueue("a", ["ok"], queue="Bad Queue")
+    assert info.value.field == "queue"
+    assert not Job.objects.exists() and not Event.objects.exists()
+
+
+def test_enqueue__unknown_option_is_a_type_error():
+    with pytest.raises(TypeError):
+        django_ojs.enqueue("a", qeue="typo")
+
+
+def test_enqueue__retry_policy_and_timeouts_are_stored():
+    job = django_ojs.enqueue(
+        "a",
+        retry={"max_attempts": 5, "initial_interval": "PT2S"},
+        timeout=10,
+        total_timeout=60,
+        enqueue_ttl=30,
+        expires_at=timedelta(seconds=45),
+    )
+    job.refresh_from_db()
+    assert job.max_attempts == 5 and job.retry["initial_interval"] == "PT2S"
+    assert (job.timeout_ms, job.total_timeout_ms, job.enqueue_ttl_ms) == (10_000, 60_000, 30_000)
+    assert job.deadline_at == job.created_at + timedelta(seconds=60)
+    # stale_at is the earliest of expires_at, the enqueue TTL and the deadline.
+    assert job.stale_at == job.created_at + timedelta(seconds=30)
+
+
+def test_enqueue_many__all_or_nothing():
+    with pytest.raises(ValidationError) as info:
+        django_ojs.enqueue_many([{"type": "a"}, {"type": "b", "args": "not a list"}])
+    assert info.value.details["index"] == 1
+    assert not Job.objects.exists()
+    jobs = django_ojs.enqueue_many([{"type": "a", "args": [i], "queue": "bulk"} for i in range(50)])
+    assert Job.objects.filter(queue="bulk", state="available").count() == 50
+    assert Event.objects.filter(type="job.enqueued").count() == 50
+    assert [j.args for j in jobs] == [[i] for i in range(50)]
+
+
+def test_enqueue_many__duplicate_ids_in_batch():
+    job_id = uuid7()
+    with pytest.raises(DuplicateJob):
+        django_ojs.enqueue_many([{"type": "a", "id": job_id}, {"type": "b", "id": job_id}])
+    assert not Job.objects.exists()
+
+
+def test_enqueue_many__empty_is_a_no_op():
+    assert django_ojs.enqueue_many([]) == []
+
+
+# ------------------------------------------------------------------- transactions
+
+
+def test_enqueue__rolled_back_transaction_leaves_no_job_and_no_event():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        django_ojs.enqueue("a", ["x"])
+        Worker.objects.create(id="caller-row")  # the caller's own row
+        raise RuntimeError("rollback")
+    assert not Job.objects.exists()
+    assert not Event.objects.exists()
+    assert not Worker.objects.exists()
+    assert lifecycle.fetch(["default"]) == []
+
+
+def test_enqueue__committed_job_is_fetchable_and_signal_fires_after_commit(
+    django_capture_on_commit_callbacks,
+):
+    received = []
+
+    def on_event(sender, event, **kwargs):
+        received.append(event)
+
+    signals.event_emitted.connect(on_event)
+    try:
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            with transaction.atomic():
+                job = django_ojs.enqueue("a", ["x"])
+            assert received == []  # nothing is sent before commit
+        for callback in callbacks:
+            callback()
+    finally:
+        signals.event_emitted.disconnect(on_event)
+    assert [e["type"] for e in received] == ["job.enqueued"]
+    envelope = received[0]
+    assert envelope["specversion"] == "1.0" and envelope["id"].startswith("evt_")
+    assert envelope["subject"] == str(job.id)
+    assert envelope["data"]["job_id"] == str(job.id)
+    assert [j.id for j in lifecycle.fetch(["default"])] == [job.id]
+
+
+def test_events__can_be_switched_off(settings, django_capture_on_commit_callbacks):
+    settings.OJS_STORE_EVENTS = False
+    received = []
+    handler = lambda sender, event, **kw: received.append(event["type"])  # noqa: E731
+    signals.event_emitted.connect(handler)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            job = django_ojs.enqueue("a")
+            lifecycle.ack(claim_one().id)
+    finally:
+        signals.event_emitted.disconnect(handler)
+    assert not Event.objects.exists()
+    assert received == ["job.enqueued", "job.started", "job.completed"]
+    assert Job.objects.get(pk=job.pk).state == "completed"
+
+
+# ---------------------------------------------------------------------------- fetch
+
+
+def test_fetch__queue_order_then_priority_then_fifo():
+    low = django_ojs.enqueue("a", ["low"], queue="q2", priority=-1)
+    first = django_ojs.enqueue("a", ["first"], queue="q2", priority=1)
+    second = django_ojs.enqueue("a", ["second"], queue="q2", priority=1)
+    other = django_ojs.enqueue("a", ["q1"], queue="q1", priority=-50)
+    got = lifecycle.fetch(["q1", "q2"], count=10, worker_id="w")
+    assert [j.id for j in got] == [other.id, first.id, second.id, low.id]
+
+
+def test_fetch__claims_at_most_count_and_sets_reservation():
+    for i in range(5):
+        django_ojs.enqueue("a", [i])
+    before = timezone.now()
+    got = lifecycle.fetch(["default"], count=3, worker_id="w9", visibility_timeout=7)
+    assert len(got) == 3
+    for job in got:
+        stored = Job.objects.get(pk=job.pk)
+        assert (stored.state, stored.attempt, stored.worker_id) == ("active", 1, "w9")
+        assert stored.started_at >= before
+        assert stored.visible_until == stored.started_at + timedelta(seconds=7)
+    assert Job.objects.filter(state="available").count() == 2
+    assert Worker.objects.filter(id="w9").exists()  # created on first contact
+
+
+def test_fetch__visibility_from_job_then_setting(settings):
+    settings.OJS_VISIBILITY_TIMEOUT = 11
+    own = django_ojs.enqueue("a", visibility_timeout=3, priority=1)
+    default = django_ojs.enqueue("a")
+    got = {j.id: j for j in lifecycle.fetch(["default"], count=2)}
+    assert got[own.id].visible_until - got[own.id].started_at == timedelta(seconds=3)
+    assert got[default.id].visible_until - got[default.id].started_at == timedelta(seconds=11)
+
+
+def test_fetch__timeout_and_stall_deadlines(settings):
+    settings.OJS_GRACE_PERIOD = 2
+    django_ojs.enqueue("a", timeout=5, heartbeat_timeout=9)
+    job = claim_one()
+    assert job.timeout_at - job.started_at == timedelta(seconds=7)
+    assert job.stalled_at - job.started_at == timedelta(seconds=9)
+
+
+def test_fetch__skips_paused_queues_and_resumes():
+    django_ojs.enqueue("a", queue="paused-q")
+    queues.pause("paused-q")
+    assert lifecycle.fetch(["paused-q"]) == []
+    django_ojs.enqueue("a", queue="paused-q")  # enqueue still accepted (digest §8.17)
+    queues.resume("paused-q")
+    assert len(lifecycle.fetch(["paused-q"], count=5)) == 2
+
+
+def test_fetch__never_returns_expired_jobs():
+    JobFactory(
+        expires_at=timezone.now() - timedelta(seconds=1),
+        stale_at=timezone.now() - timedelta(seconds=1),
+    )
+    assert lifecycle.fetch(["default"]) == []
+
+
+def test_fetch__empty_queue_returns_empty_list():
+    assert lifecycle.fetch(["nothing-here"], count=5) == []
+
+
+@pytest.mark.parametrize(
+    ("queues_arg", "count", "field"),
+    [([], 1, "queues"), ("default", 1, "queues"), ([""], 1, "queues"), (["default"], 0, "count"),
+     (["default"], 1001, "count"), (["default"], True, "count")],
+)  # fmt: skip
+def test_fetch__invalid_arguments(queues_arg, count, field):
+    with pytest.raises(ValidationError) as info:
+        lifecycle.fetch(queues_arg, count=count)
+    assert info.value.field == field
+
+
+def test_fetch__invalid_visibility_timeout():
+    with pytest.raises(ValidationError):
+        lifecycle.fetch(["default"], visibility_timeout=-1)
+
+
+# ------------------------------------------------------------------------------ ack
+
+
+@pytest.mark.parametrize("result", [None, {"ok": True}, ["a", 1], "text", 3.5, False])
+def test_ack__completes_and_stores_any_json_result(result):
+    django_ojs.enqueue("a")
+    job = claim_one()
+    done = lifecycle.ack(job.id, result, worker_id="w1")
+    stored = Job.objects.get(pk=job.pk)
+    assert (done.state, stored.state, stored.result) == ("completed", "completed", result)
+    assert stored.completed_at is not None and stored.visible_until is None
+    assert event_types(job) == ["job.enqueued", "job.started", "job.completed"]
+    completed = Event.objects.get(job_id=job.id, type="job.completed")
+    assert completed.data["attempt"] == 1 and completed.data["duration_ms"] >= 0
+
+
+def test_ack__clears_previous_error_but_keeps_history():
+    django_ojs.enqueue("a", retry=NO_JITTER)
+    lifecycle.fail(claim_one().id, "first")
+    job = Job.objects.get()
+    lifecycle.run_now(job.id)
+    lifecycle.ack(claim_one().id)
+    job.refresh_from_db()
+    assert job.error is None and len(job.errors) == 1 and job.attempt == 2
+
+
+def test_ack__unknown_job():
+    with pytest.raises(JobNotFound) as info:
+        lifecycle.ack(uuid7())
+    assert info.value.http_status == 404
+    with pytest.raises(JobNotFound):
+        lifecycle.ack("not-a-uuid")
+
+
+def test_ack__job_not_active_is_an_invalid_transition():
+    job = django_ojs.enqueue("a")
+    with pytest.raises(InvalidTransition) as info:
+        lifecycle.ack(job.id)
+    assert info.value.details["current_state"] == "available"
+    assert info.value.code == "conflict" and info.value.http_status == 409
+
+
+def test_ack__from_a_worker_that_does_not_hold_the_reservation():
+    django_ojs.enqueue("a")
+    job = claim_one(worker_id="owner")
+    with pytest.raises(ReservationMismatch):
+        lifecycle.ack(job.id, worker_id="intruder")
+    assert Job.objects.get(pk=job.pk).state == "active"
+    lifecycle.ack(job.id)  # no worker id: only the state is checked (digest §8.11)
+
+
+def test_ack__result_must_be_json_native():
+    django_ojs.enqueue("a")
+    job = claim_one()
+    with pytest.raises(ValidationError):
+        lifecycle.ack(job.id, {"when": timezone.now()})
+    assert Job.objects.get(pk=job.pk).state == "active"
+
+
+def test_ack__twice_is_refused():
+    django_ojs.enqueue("a")
+    job = claim_one()
+    lifecycle.ack(job.id)
+    with pytest.raises(InvalidTransition) as info:
+        lifecycle.ack(job.id)
+    assert info.value.current_state == "completed"
+
+
+# ----------------------------------------------------------------------------- fail
+
+
+def test_fail__retryable_with_exact_backoff_then_discarded():
+    django_ojs.enqueue("a", retry={**NO_JITTER, "max_attempts": 3})
+    for attempt, delay in ((1, 1), (2, 2)):
+        job = lifecycle.fail(
+            claim_one().id, {"code": "boom", "message": f"try {attempt}"}, worker_id="w1"
+        )
+        assert job.state == "retryable"
+        failed_at = Event.objects.filter(job_id=job.id, type="job.retrying").latest("seq").time
+        assert job.next_attempt_at - failed_at == timedelta(seconds=delay)
+        lifecycle.run_now(job.id)
+    job = lifecycle.fail(claim_one().id, {"code": "boom", "message": "try 3"})
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.state == "discarded" and stored.attempt == 3
+    assert stored.discarded_at is not None and stored.completed_at is not None
+    assert [e["message"] for e in stored.errors] == ["try 1", "try 2", "try 3"]
+    assert [e["attempt"] for e in stored.errors] == [1, 2, 3]
+    assert stored.error["message"] == "try 3"
+    assert event_types(job).count("job.failed") == 3
+    assert event_types(job)[-1] == "job.discarded"
+    assert Job.objects.dead_letter().filter(pk=job.pk).exists()
+
+
+def test_fail__non_retryable_error_prefix_match_discards_at_once():
+    django_ojs.enqueue("a", retry={"max_attempts": 5, "non_retryable_errors": ["auth.*"]})
+    job = lifecycle.fail(claim_one().id, {"type": "auth.expired", "message": "no"})
+    assert job.state == "discarded" and job.attempt == 1
+
+
+def test_fail__retryable_false_discards_at_once():
+    django_ojs.enqueue("a", retry={"max_attempts": 5})
+    assert (
+        lifecycle.fail(claim_one().id, {"message": "no", "retryable": False}).state == "discarded"
+    )
+
+
+def test_fail__on_exhaustion_dead_letter_marks_the_job():
+    django_ojs.enqueue("a", retry={"max_attempts": 1, "on_exhaustion": "dead_letter"})
+    job = lifecycle.fail(claim_one().id, "x")
+    assert (job.state, Job.objects.get(pk=job.pk).dead_letter) == ("discarded", True)
+
+
+def test_fail__default_policy_comes_from_settings(settings):
+    settings.OJS_RETRY_POLICY = {"max_attempts": 1}
+    django_ojs.enqueue("a")
+    assert lifecycle.fail(claim_one().id, "x").state == "discarded"
+
+
+def test_fail__requeue_returns_to_available_without_backoff():
+    django_ojs.enqueue("a")
+    job = lifecycle.fail(claim_one().id, "x", requeue=True)
+    assert job.state == "available"
+    assert claim_one().attempt == 2
+
+
+def test_fail__history_is_trimmed(settings):
+    settings.OJS_ERROR_HISTORY_LIMIT = 2
+    django_ojs.enqueue("a", retry={"max_attempts": 5})
+    for _ in range(3):
+        job = lifecycle.fail(claim_one().id, "x", requeue=True)
+    assert [e["attempt"] for e in Job.objects.get(pk=job.pk).errors] == [2, 3]
+
+
+def test_fail__total_timeout_prevents_a_retry_that_cannot_finish():
+    django_ojs.enqueue("a", timeout=30, total_timeout=31, retry={**NO_JITTER, "max_attempts": 5})
+    job = lifecycle.fail(claim_one().id, "x")
+    assert job.state == "discarded"
+    assert Event.objects.get(job_id=job.id, type="job.discarded").data["reason"] == "total_timeout"
+
+
+def test_fail__invalid_error_and_wrong_state():
+    job = django_ojs.enqueue("a")
+    with pytest.raises(InvalidTransition):
+        lifecycle.fail(job.id, "x")
+    active = claim_one()
+    with pytest.raises(ValidationError):
+        lifecycle.fail(active.id, {"message": 5})
+    with pytest.raises(ReservationMismatch):
+        lifecycle.fail(active.id, "x", worker_id="someone-else")
+    assert Job.objects.get(pk=active.pk).state == "active"
+
+
+def test_fail__events_carry_error_summary():
+    django_ojs.enqueue("a", retry={"max_attempts": 2})
+    job = lifecycle.fail(
+        claim_one().id, {"code": "handler_error", "type": "ValueError", "message": "m"}
+    )
+    failed = Event.objects.get(job_id=job.id, type="job.failed").data
+    retrying = Event.objects.get(job_id=job.id, type="job.retrying").data
+    assert failed["error"] == {
+        "code": "handler_error",
+        "type": "ValueError",
+        "message": "m",
+        "retryable": True,
+    }
+    assert retrying["max_attempts"] == 2 and retrying["next_retry_at"]
+
+
+# --------------------------------------------------------------------------- cancel
+
+
+@pytest.mark.parametrize("trait", ["scheduled", "pending", "retryable", "active"])
+def test_cancel__from_each_non_terminal_state(trait):
+    job = JobFactory(**{trait: True})
+    cancelled = lifecycle.cancel(job.id, reason="not needed", by="ops")
+    stored = Job.objects.get(pk=job.pk)
+    assert (cancelled.state, stored.state, cancelled.previous_state) == (
+        "cancelled",
+        "cancelled",
+        trait,
+    )
+    assert stored.cancelled_at is not None
+    data = Event.objects.get(job_id=job.id, type="job.cancelled").data
+    assert (data["previous_state"], data["reason"], data["cancelled_by"]) == (
+        trait,
+        "not needed",
+        "ops",
+    )
+
+
+def test_cancel__available_job_and_idempotent_repeat():
+    job = django_ojs.enqueue("a")
+    lifecycle.cancel(job.id)
+    again = lifecycle.cancel(job.id)
+    assert again.state == "cancelled"
+    assert event_types(job).count("job.cancelled") == 1
+
+
+@pytest.mark.parametrize("trait", ["completed", "discarded"])
+def test_cancel__finished_job_is_refused(trait):
+    job = JobFactory(**{trait: True})
+    with pytest.raises(InvalidTransition) as info:
+        lifecycle.cancel(job.id)
+    assert info.value.current_state == trait
+
+
+def test_cancel__active_job_refuses_late_ack_and_is_reported_in_heartbeat():
+    django_ojs.enqueue("a")
+    job = claim_one(worker_id="w1")
+    lifecycle.cancel(job.id)
+    with pytest.raises(InvalidTransition):
+        lifecycle.ack(job.id, worker_id="w1")
+    beat = lifecycle.beat("w1", active_job_ids=[str(job.id)])
+    assert beat.cancelled_jobs == [str(job.id)] and beat.jobs_extended == []
+
+
+def test_cancel__unknown_job():
+    with pytest.raises(JobNotFound):
+        lifecycle.cancel(uuid7())
+
+
+# ------------------------------------------------------------- activate and friends
+
+
+def test_activate__pending_to_available_or_scheduled():
+    now_job = django_ojs.enqueue("a", pending=True)
+    later_job = django_ojs.enqueue("a", pending=True, scheduled_at=timedelta(hours=1))
+    assert lifecycle.activate(now_job.id).state == "available"
+    assert lifecycle.activate(later_job.id).state == "scheduled"
+    with pytest.raises(InvalidTransition):
+        lifecycle.activate(now_job.id)
+
+
+def test_retry_discarded__resets_attempt_and_keeps_history():
+    job = JobFactory(discarded=True, dead_letter=True)
+    retried = lifecycle.retry_discarded(job.id, override={"queue": "again", "meta": {"by": "ops"}})
+    stored = Job.objects.get(pk=job.pk)
+    assert (retried.state, stored.state, stored.attempt, stored.queue) == (
+        "available",
+        "available",
+        0,
+        "again",
+    )
+    assert stored.meta == {"by": "ops"} and len(stored.errors) == 1 and stored.error is None
+    assert stored.discarded_at is None and not stored.dead_letter
+    assert event_types(job) == ["dead_letter.retried", "job.enqueued"]
+    assert claim_one("again").attempt == 1
+
+
+@pytest.mark.parametrize("trait", ["completed", "cancelled", "active", "retryable"])
+def test_retry_discarded__only_from_discarded(trait):
+    job = JobFactory(**{trait: True})
+    with pytest.raises(InvalidTransition):
+        lifecycle.retry_discarded(job.id)
+
+
+def test_retry_discarded__override_retry_policy_and_bad_override():
+    job = JobFactory(discarded=True)
+    lifecycle.retry_discarded(job.id, override={"retry": {"max_attempts": 9}})
+    assert Job.objects.get(pk=job.pk).max_attempts == 9
+    other = JobFactory(discarded=True)
+    with pytest.raises(ValidationError):
+        lifecycle.retry_discarded(other.id, override={"queue": "BAD"})
+    assert Job.objects.get(pk=other.pk).state == "discarded"
+
+
+def test_delete_discarded__only_dead_letter_jobs():
+    dead = JobFactory(discarded=True)
+    alive = JobFactory()
+    lifecycle.delete_discarded(dead.id)
+    assert not Job.objects.filter(pk=dead.pk).exists()
+    with pytest.raises(JobNotFound):
+        lifecycle.delete_discarded(alive.id)
+    assert Event.objects.filter(type="dead_letter.deleted", job_id=dead.id).exists()
+
+
+def test_discard__operator_ends_a_job_into_the_dead_letter():
+    job = JobFactory(scheduled=True)
+    lifecycle.discard(job.id, reason="bad data", by="ops")
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.state, stored.dead_letter, stored.error["message"]) == (
+        "discarded",
+        True,
+        "bad data",
+    )
+    with pytest.raises(InvalidTransition):
+        lifecycle.discard(job.id)
+
+
+def test_run_now__scheduled_or_retryable_become_available():
+    scheduled = JobFactory(scheduled=True)
+    retryable = JobFactory(retryable=True)
+    assert lifecycle.run_now(scheduled.id).state == "available"
+    assert lifecycle.run_now(retryable.id).state == "available"
+    with pytest.raises(InvalidTransition):
+        lifecycle.run_now(scheduled.id)
+
+
+def test_purge__deletes_only_finished_jobs():
+    finished = [JobFactory(completed=True), JobFactory(cancelled=True), JobFactory(discarded=True)]
+    waiting = JobFactory()
+    assert lifecycle.purge([j.id for j in [*finished, waiting]]) == 3
+    assert list(Job.objects.values_list("id", flat=True)) == [waiting.id]
+
+
+# --------------------------------------------------------------- workers and beats
+
+
+def test_register_beat_deregister():
+    worker = lifecycle.register("w1", hostname="h", pid=42, queues=["a", "b"], concurrency=4)
+    assert (worker.hostname, worker.pid, worker.queues, worker.concurrency) == (
+        "h",
+        42,
+        ["a", "b"],
+        4,
+    )
+    beat = lifecycle.beat("w1", active_job_ids=[], state="running")
+    assert (beat.state, beat.directive) == ("running", "")
+    lifecycle.deregister("w1")
+    assert not Worker.objects.filter(id="w1").exists()
+    assert Event.objects.filter(type__in=["worker.started", "worker.stopped"]).count() == 2
+
+
+def test_beat__extends_only_jobs_this_worker_holds():
+    django_ojs.enqueue("a", visibility_timeout=5)
+    django_ojs.enqueue("a")
+    mine = claim_one(worker_id="w1")
+    theirs = claim_one(worker_id="w2")
+    first_deadline = Job.objects.get(pk=mine.pk).visible_until
+    beat = lifecycle.beat(
+        "w1", active_job_ids=[str(mine.id), str(theirs.id), "garbage"], visibility_timeout=60
+    )
+    assert beat.jobs_extended == [str(mine.id)]
+    stored = Job.objects.get(pk=mine.pk)
+    assert stored.visible_until > first_deadline + timedelta(seconds=50)
+    assert stored.heartbeat_at >= beat.server_time - timedelta(seconds=1)
+    assert Job.objects.get(pk=theirs.pk).visible_until < stored.visible_until
+    assert Event.objects.filter(type="job.heartbeat", job_id=mine.id).exists()
+
+
+def test_beat__job_visibility_used_when_request_has_none():
+    django_ojs.enqueue("a", visibility_timeout=5, heartbeat_timeout=9)
+    job = claim_one(worker_id="w1")
+    beat = lifecycle.beat("w1", active_job_ids=[job.id])
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.visible_until == beat.server_time + timedelta(seconds=5)
+    assert stored.stalled_at == beat.server_time + timedelta(seconds=9)
+
+
+def test_beat__unknown_worker_is_created_and_directives_are_delivered():
+    assert lifecycle.beat("new-worker").state == "running"
+    assert Worker.objects.filter(id="new-worker").exists()
+    lifecycle.set_directive("new-worker", "quiet")
+    beat = lifecycle.beat("new-worker")
+    assert (beat.state, beat.directive) == ("quiet", "quiet")
+    lifecycle.set_directive("new-worker", "terminate")
+    assert lifecycle.beat("new-worker").state == "terminate"
+    lifecycle.set_directive("new-worker", "running")
+    assert lifecycle.beat("new-worker").directive == ""
+
+
+def test_beat__invalid_input():
+    with pytest.raises(ValidationError):
+        lifecycle.beat("")
+    with pytest.raises(ValidationError):
+        lifecycle.beat("w", state="sleeping")
+    with pytest.raises(ValidationError):
+        lifecycle.beat("w", active_job_ids="not-a-list")
+    with pytest.raises(ValidationError):
+        lifecycle.set_directive("w", "dance")
+
+
+def test_set_directive__unknown_worker():
+    from django_ojs.exceptions import WorkerNotFound
+
+    with pytest.raises(WorkerNotFound):
+        lifecycle.set_directive("ghost", "quiet")
+
+
+# -------------------------------------------------------------------------- queues
+
+
+def test_queues__list_includes_default_and_counts():
+    django_ojs.enqueue("a", queue="mail")
+    JobFactory(queue="mail", completed=True)
+    listed = {q.name: q for q in queues.list_queues(with_counts=True)}
+    assert {"default", "mail"} <= set(listed)
+    assert listed["mail"].counts["available"] == 1 and listed["mail"].counts["completed"] == 1
+    assert queues.counts("mail")["available"] == 1
+
+
+def test_queues__pause_resume_are_idempotent_and_emit_events():
+    queues.pause("q", by="ops")
+    queues.pause("q")
+    assert Queue.objects.get(name="q").paused
+    queues.resume("q")
+    assert not Queue.objects.get(name="q").paused
+    assert list(Event.objects.values_list("type", flat=True)) == ["queue.paused", "queue.resumed"]
+    with pytest.raises(ValidationError):
+        queues.pause("Not Valid")
+
+
+def test_job_to_wire__round_trip_of_an_enqueued_job():
+    job = django_ojs.enqueue("a", [1], meta={"trace_id": "t"}, extra={"x_custom": True})
+    out = Job.objects.get(pk=job.pk).to_wire()
+    assert out["x_custom"] is True and out["meta"] == {"trace_id": "t"}
+    assert out["state"] == "available" and out["id"] == str(job.id)
+    started = Event.objects.filter(job_id=job.id).first().data
+    assert started["trace_id"] == "t"  # events §8.3
