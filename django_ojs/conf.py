@@ -33,6 +33,20 @@ DEFAULT_EVENT_SOURCE = "ojs://django-ojs"
 DEFAULT_REAPER_INTERVAL = 0.5
 #: How often the reaper prunes (seconds).
 DEFAULT_PRUNE_INTERVAL = 60.0
+#: Handler modules imported from every installed app at startup (``<app>.jobs``).
+DEFAULT_HANDLER_MODULES = ("jobs",)
+#: Queues an ``ojs_worker`` fetches from, most important first.
+DEFAULT_WORKER_QUEUES = ("default",)
+#: Handlers an ``ojs_worker`` runs at once (worker protocol §8.1: 10).
+DEFAULT_WORKER_CONCURRENCY = 10
+#: ``threads`` or ``processes`` (CPU-bound handlers; a slot can be killed).
+DEFAULT_WORKER_POOL = "threads"
+#: Seconds an idle worker waits before looking for work again (SQLite has no NOTIFY).
+DEFAULT_WORKER_POLL_INTERVAL = 1.0
+#: Seconds a terminating worker lets running handlers finish (worker protocol §7.3: 25).
+DEFAULT_SHUTDOWN_GRACE_PERIOD = 25.0
+#: Whether ``ojs_worker`` also runs the reaper loop (one leader at a time on PostgreSQL).
+DEFAULT_WORKER_RUN_REAPER = True
 #: Retention of finished jobs and events, in seconds (None keeps them forever).
 DEFAULT_RETENTION = {
     "completed": 7 * 86400,
@@ -118,6 +132,43 @@ class Settings:
     def PRUNE_INTERVAL(self) -> float:
         """Seconds between retention pruning passes."""
         return float(self._get("OJS_PRUNE_INTERVAL", DEFAULT_PRUNE_INTERVAL))
+
+    @property
+    def HANDLER_MODULES(self) -> tuple[str, ...]:
+        """Module names autodiscovered in installed apps for ``@handler`` functions."""
+        value = self._get("OJS_HANDLER_MODULES", DEFAULT_HANDLER_MODULES)
+        return (value,) if isinstance(value, str) else tuple(value)
+
+    @property
+    def WORKER_QUEUES(self) -> tuple[str, ...]:
+        """Default ``--queues`` of ``ojs_worker``."""
+        value = self._get("OJS_WORKER_QUEUES", DEFAULT_WORKER_QUEUES)
+        return (value,) if isinstance(value, str) else tuple(value)
+
+    @property
+    def WORKER_CONCURRENCY(self) -> int:
+        """Default ``--concurrency`` of ``ojs_worker``."""
+        return int(self._get("OJS_WORKER_CONCURRENCY", DEFAULT_WORKER_CONCURRENCY))
+
+    @property
+    def WORKER_POOL(self) -> str:
+        """Default ``--pool`` of ``ojs_worker``: ``threads`` or ``processes``."""
+        return str(self._get("OJS_WORKER_POOL", DEFAULT_WORKER_POOL))
+
+    @property
+    def WORKER_POLL_INTERVAL(self) -> float:
+        """Seconds between looks for work when no notification arrives."""
+        return float(self._get("OJS_WORKER_POLL_INTERVAL", DEFAULT_WORKER_POLL_INTERVAL))
+
+    @property
+    def SHUTDOWN_GRACE_PERIOD(self) -> float:
+        """Seconds a terminating worker waits for running handlers before failing them."""
+        return float(self._get("OJS_SHUTDOWN_GRACE_PERIOD", DEFAULT_SHUTDOWN_GRACE_PERIOD))
+
+    @property
+    def WORKER_RUN_REAPER(self) -> bool:
+        """Whether ``ojs_worker`` runs the reaper loop too."""
+        return bool(self._get("OJS_WORKER_RUN_REAPER", DEFAULT_WORKER_RUN_REAPER))
 
     @property
     def RETENTION(self) -> dict[str, float | None]:
