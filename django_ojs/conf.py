@@ -47,6 +47,14 @@ DEFAULT_WORKER_POLL_INTERVAL = 1.0
 DEFAULT_SHUTDOWN_GRACE_PERIOD = 25.0
 #: Whether ``ojs_worker`` also runs the reaper loop (one leader at a time on PostgreSQL).
 DEFAULT_WORKER_RUN_REAPER = True
+#: How the HTTP API authenticates: ``"api_key"`` (bearer keys, staff sessions) or ``"none"``.
+DEFAULT_API_AUTH = "api_key"
+API_AUTH_CHOICES = ("api_key", "none")
+#: Content type of HTTP API responses (HTTP binding §4.3); ``application/json`` for old SDKs.
+DEFAULT_RESPONSE_CONTENT_TYPE = "application/openjobspec+json"
+RESPONSE_CONTENT_TYPES = ("application/openjobspec+json", "application/json")
+#: Largest accepted HTTP request body, in bytes (413 above it).
+DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 #: Retention of finished jobs and events, in seconds (None keeps them forever).
 DEFAULT_RETENTION = {
     "completed": 7 * 86400,
@@ -169,6 +177,21 @@ class Settings:
     def WORKER_RUN_REAPER(self) -> bool:
         """Whether ``ojs_worker`` runs the reaper loop too."""
         return bool(self._get("OJS_WORKER_RUN_REAPER", DEFAULT_WORKER_RUN_REAPER))
+
+    @property
+    def API_AUTH(self) -> str:
+        """``"api_key"`` (default: bearer API keys and staff sessions) or ``"none"`` (open)."""
+        return str(self._get("OJS_API_AUTH", DEFAULT_API_AUTH))
+
+    @property
+    def RESPONSE_CONTENT_TYPE(self) -> str:
+        """Content type of every HTTP API response, whatever the request's ``Accept``."""
+        return str(self._get("OJS_RESPONSE_CONTENT_TYPE", DEFAULT_RESPONSE_CONTENT_TYPE))
+
+    @property
+    def MAX_REQUEST_BYTES(self) -> int:
+        """Largest accepted HTTP request body in bytes."""
+        return int(self._get("OJS_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES))
 
     @property
     def RETENTION(self) -> dict[str, float | None]:

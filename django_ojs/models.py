@@ -265,3 +265,36 @@ class Event(models.Model):
             "datacontenttype": "application/json",
             "data": self.data,
         }
+
+
+class ApiKey(models.Model):
+    """A bearer credential for the OJS HTTP API (``manage.py ojs_apikey create``).
+
+    Only a scrypt hash of the secret is stored (OJS security SEC-020); ``prefix`` is the
+    public key id shown in lists. Created, verified and revoked by ``django_ojs.apikeys``.
+    """
+
+    class Scope(models.TextChoices):
+        PRODUCER = "producer", "producer (enqueue, read, cancel)"
+        WORKER = "worker", "worker (fetch, ack, nack, heartbeat)"
+        ADMIN = "admin", "admin (every endpoint)"
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    hashed_secret = models.CharField(max_length=255, editable=False)
+    scope = models.CharField(max_length=16, choices=Scope.choices)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        db_table = "ojs_apikey"
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} (ojs_{self.prefix}_…, {self.scope})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

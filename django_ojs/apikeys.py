@@ -1,0 +1,151 @@
+"""API keys for the OJS HTTP API: create, verify, revoke. The only writer of ``ApiKey`` rows.
+
+A key reads ``ojs_<prefix>_<secret>``: the 12-character ``prefix`` is public and finds the
+row; the 256-bit ``secret`` is stored only as a scrypt hash (OJS security §8, SEC-020) and
+shown once, at creation. No HTTP or DRF code here: ``api/permissions.py`` calls
+:func:`authenticate`; ``manage.py ojs_apikey`` and the admin call :func:`create` and
+:func:`revoke`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections import OrderedDict
+from datetime import timedelta
+from threading import Lock
+
+from django.utils import timezone
+
+from django_ojs.conf import settings
+from django_ojs.models import ApiKey
+
+KEY_PREFIX = "ojs_"
+PREFIX_LENGTH = 12
+#: OJS security §6.1: API keys MUST carry at least 256 bits of entropy.
+SECRET_BYTES = 32
+#: scrypt cost (RFC 7914): about 35 ms per verification on a 2020s CPU core.
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
+#: ``last_used_at`` is written at most this often per key (one UPDATE, not one per request).
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+#: Verified keys remembered per process, so a polling worker pays scrypt once, not per fetch.
+CACHE_SIZE = 1024
+
+SCOPES = tuple(ApiKey.Scope.values)
+
+_verified: OrderedDict[str, str] = OrderedDict()
+_verified_lock = Lock()
+
+
+def _db(using: str | None) -> str:
+    return using or settings.DATABASE
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def hash_secret(secret: str, *, salt: bytes | None = None) -> str:
+    """``scrypt$N$r$p$salt$digest`` for ``secret`` (a fresh random salt by default)."""
+    salt = salt if salt is not None else secrets.token_bytes(16)
+    digest = hashlib.scrypt(
+        secret.encode("utf-8"), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, dklen=32
+    )
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}"
+
+
+def check_secret(secret: str, hashed: str) -> bool:
+    """Whether ``secret`` matches ``hashed`` (constant-time comparison)."""
+    try:
+        algorithm, n, r, p, salt, digest = hashed.split("$")
+        if algorithm != "scrypt":
+            return False
+        expected = _unb64(digest)
+        actual = hashlib.scrypt(
+            secret.encode("utf-8"),
+            salt=_unb64(salt),
+            n=int(n),
+            r=int(r),
+            p=int(p),
+            dklen=len(expected),
+        )
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(actual, expected)
+
+
+def split_key(raw: str) -> tuple[str, str] | None:
+    """``(prefix, secret)`` of a well-formed key, else ``None``."""
+    if not isinstance(raw, str) or not raw.startswith(KEY_PREFIX):
+        return None
+    body = raw[len(KEY_PREFIX) :]
+    prefix = body[:PREFIX_LENGTH]
+    sep = body[PREFIX_LENGTH : PREFIX_LENGTH + 1]
+    secret = body[PREFIX_LENGTH + 1 :]
+    if sep != "_" or len(prefix) != PREFIX_LENGTH or not secret or len(secret) > 128:
+        return None
+    return prefix, secret
+
+
+def create(name: str, scope: str, *, using: str | None = None) -> tuple[ApiKey, str]:
+    """Create a key; return the row and the full key string (the only time it is visible)."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 100:
+        raise ValueError("name must be a non-empty string of at most 100 characters")
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(SCOPES)}")
+    prefix = secrets.token_hex(PREFIX_LENGTH // 2)
+    secret = secrets.token_urlsafe(SECRET_BYTES)
+    key = ApiKey.objects.using(_db(using)).create(
+        name=name.strip(), prefix=prefix, hashed_secret=hash_secret(secret), scope=scope
+    )
+    return key, f"{KEY_PREFIX}{prefix}_{secret}"
+
+
+def authenticate(raw: str, *, using: str | None = None) -> ApiKey | None:
+    """The active key ``raw`` belongs to, or ``None`` (unknown, wrong secret or revoked)."""
+    parts = split_key(raw)
+    if parts is None:
+        return None
+    prefix, secret = parts
+    key = ApiKey.objects.using(_db(using)).filter(prefix=prefix).first()
+    if key is None or not key.is_active:
+        return None
+    fingerprint = hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    with _verified_lock:
+        known = _verified.get(fingerprint) == key.hashed_secret
+    if not known:
+        if not check_secret(secret, key.hashed_secret):
+            return None
+        with _verified_lock:
+            _verified[fingerprint] = key.hashed_secret
+            while len(_verified) > CACHE_SIZE:
+                _verified.popitem(last=False)
+    now = timezone.now()
+    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+        ApiKey.objects.using(_db(using)).filter(pk=key.pk).update(last_used_at=now)
+        key.last_used_at = now
+    return key
+
+
+def revoke(key: ApiKey | str, *, using: str | None = None) -> ApiKey:
+    """Revoke a key (an ``ApiKey`` or its prefix) at once; revoking twice changes nothing.
+
+    Raises ``ApiKey.DoesNotExist`` for an unknown prefix. Other keys are unaffected
+    (OJS security §8: individual revocation).
+    """
+    using = _db(using)
+    if not isinstance(key, ApiKey):
+        key = ApiKey.objects.using(using).get(prefix=key)
+    if key.revoked_at is None:
+        now = timezone.now()
+        ApiKey.objects.using(using).filter(pk=key.pk, revoked_at__isnull=True).update(
+            revoked_at=now
+        )
+        key.refresh_from_db(using=using, fields=["revoked_at"])
+    return key

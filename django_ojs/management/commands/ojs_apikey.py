@@ -1,0 +1,64 @@
+"""``manage.py ojs_apikey``: create, list and revoke API keys for the OJS HTTP API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_ojs import apikeys
+from django_ojs.conf import settings
+from django_ojs.models import ApiKey
+
+
+class Command(BaseCommand):
+    help = "Create (printed once), list or revoke bearer API keys for the OJS HTTP API."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        create = sub.add_parser("create", help="Create a key and print it (only this once).")
+        create.add_argument("name", help="What the key is for, e.g. 'billing-service'.")
+        create.add_argument(
+            "--scope",
+            required=True,
+            choices=apikeys.SCOPES,
+            help="producer: enqueue, read, cancel; worker: fetch, ack, nack, heartbeat; "
+            "admin: every endpoint.",
+        )
+        list_ = sub.add_parser(
+            "list", help="List keys (prefix, name, scope, state); never secrets."
+        )
+        revoke = sub.add_parser("revoke", help="Revoke a key by its prefix.")
+        revoke.add_argument("prefix", help="The 12 characters after 'ojs_' in the key.")
+        for p in (create, list_, revoke):
+            p.add_argument(
+                "--database", default=None, help="Database alias (default OJS_DATABASE)."
+            )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"]
+        using = options.get("database")
+        if action == "create":
+            try:
+                key, raw = apikeys.create(options["name"], options["scope"], using=using)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            self.stdout.write(raw)
+            self.stderr.write(
+                f"Created API key {key.prefix!r} ({key.scope}) for {key.name!r}. Store it now: "
+                "it cannot be shown again. Send it as 'Authorization: Bearer <key>'."
+            )
+        elif action == "list":
+            keys = ApiKey.objects.using(using or settings.DATABASE).order_by("created_at")
+            for key in keys:
+                state = "active" if key.is_active else f"revoked {key.revoked_at:%Y-%m-%d}"
+                used = f"{key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never"
+                self.stdout.write(
+                    f"{key.prefix}  {key.scope:<8}  {state:<18}  last used {used:<16}  {key.name}"
+                )
+        else:
+            try:
+                key = apikeys.revoke(options["prefix"], using=using)
+            except ApiKey.DoesNotExist:
+                raise CommandError(f"No API key with prefix {options['prefix']!r}.") from None
+            self.stdout.write(f"Revoked API key {key.prefix!r} ({key.name}).")
