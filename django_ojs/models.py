@@ -298,3 +298,30 @@ class ApiKey(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class DeadLetterManager(models.Manager["DeadLetterJob"]):
+    """Only discarded jobs (``Job.objects.dead_letter()``)."""
+
+    def get_queryset(self) -> models.QuerySet[DeadLetterJob]:
+        return super().get_queryset().filter(state=JobState.DISCARDED)
+
+
+class DeadLetterJob(Job):
+    """The dead letter queue as its own admin entry: a proxy of ``Job`` over discarded jobs."""
+
+    objects = DeadLetterManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter job"
+        verbose_name_plural = "dead letter"
+
+
+class Dashboard(Job):
+    """The admin index entry of the operator dashboard. A proxy without rows of its own."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"
