@@ -9,14 +9,17 @@ transaction. Vendor-specific SQL is behind ``django_ojs.drivers``.
 
 from __future__ import annotations
 
+from django_ojs.lifecycle.batch import ack_many, fail_many
 from django_ojs.lifecycle.claim import fetch
 from django_ojs.lifecycle.maintenance import (
     expire_stale,
     promote_due,
     prune,
+    purge_all,
     recover_dead_workers,
     rescue_expired,
 )
+from django_ojs.lifecycle.progress import report_progress
 from django_ojs.lifecycle.push import enqueue, enqueue_many, push, push_many
 from django_ojs.lifecycle.settle import (
     ack,
@@ -34,6 +37,7 @@ from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, 
 __all__ = [
     "Heartbeat",
     "ack",
+    "ack_many",
     "activate",
     "beat",
     "cancel",
@@ -44,14 +48,17 @@ __all__ = [
     "enqueue_many",
     "expire_stale",
     "fail",
+    "fail_many",
     "fetch",
     "promote_due",
     "prune",
     "purge",
+    "purge_all",
     "push",
     "push_many",
     "recover_dead_workers",
     "register",
+    "report_progress",
     "rescue_expired",
     "retry_discarded",
     "run_now",
