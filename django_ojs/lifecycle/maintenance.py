@@ -22,7 +22,7 @@ from django_ojs.lifecycle.policy import grace_ms, heartbeat_timeout_ms, timeout_
 from django_ojs.lifecycle.settle import settle_failure
 from django_ojs.lifecycle.store import cas, db, trim_history
 from django_ojs.lifecycle.workers import stale_before
-from django_ojs.models import Event, Job, Worker
+from django_ojs.models import Event, Job, Queue, Worker
 from django_ojs.states import JobState
 
 BATCH = 500
@@ -277,4 +277,21 @@ def prune(
             ).delete()
         if events_before is not None:
             out["events"], _ = Event.objects.using(using).filter(time__lt=events_before).delete()
+    return out
+
+
+def purge_all(*, using: str | None = None) -> dict[str, int]:
+    """Delete every job, event, worker and queue row: an empty job store.
+
+    For resetting development and test databases (``manage.py ojs_purge --all``), never
+    part of normal operation. API keys are kept. Returns the rows deleted per table.
+    """
+    using = db(using)
+    with transaction.atomic(using=using):
+        out = {
+            "jobs": Job.objects.using(using).all().delete()[0],
+            "events": Event.objects.using(using).all().delete()[0],
+            "workers": Worker.objects.using(using).all().delete()[0],
+            "queues": Queue.objects.using(using).all().delete()[0],
+        }
     return out

@@ -132,6 +132,9 @@ def settle_failure(
         decision = retry.Decision(
             "discarded", dead_letter=policy.on_exhaustion == "dead_letter", reason="total_timeout"
         )
+    if decision.state == "retryable":
+        # Kept with the error so the job still shows its backoff once it is fetched again.
+        entry = {**entry, "retry_delay_ms": decision.delay_ms}
     history = trim_history([*(job.errors or []), entry])
     fields: dict[str, Any] = {"error": entry, "errors": history, **_RELEASE}
     if decision.state == "retryable":
@@ -194,11 +197,17 @@ def settle_failure(
 
 
 def cancel(
-    job_id: Any, *, reason: str | None = None, by: str | None = None, using: str | None = None
+    job_id: Any,
+    *,
+    reason: str | None = None,
+    by: str | None = None,
+    idempotent: bool = True,
+    using: str | None = None,
 ) -> Job:
     """Cancel a job that has not finished (core §7.6).
 
-    Cancelling an already-cancelled job succeeds and changes nothing; a completed or
+    Cancelling an already-cancelled job succeeds and changes nothing (core §7.6.4), unless
+    ``idempotent=False`` (HTTP binding §9.4: 409 for any terminal job); a completed or
     discarded job raises :class:`InvalidTransition`. An active job is cancelled at once;
     its worker learns it from the next heartbeat reply and a late ACK/FAIL is refused.
     The returned job carries ``previous_state``.
@@ -208,7 +217,7 @@ def cancel(
     with transaction.atomic(using=using):
         job = locked(job_id, using)
         job.previous_state = job.state
-        if job.state == JobState.CANCELLED:
+        if job.state == JobState.CANCELLED and idempotent:
             return job
         require(job, "cancel")
         previous = job.state
