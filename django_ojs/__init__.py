@@ -15,6 +15,8 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "InvalidTransition",
+    "JobContext",
+    "JobError",
     "JobNotFound",
     "JobSpec",
     "JobState",
@@ -30,10 +32,14 @@ __all__ = [
     "enqueue_many",
     "fail",
     "fetch",
+    "handler",
     "retry_discarded",
 ]
 
 _LAZY = {
+    "handler": "django_ojs.registry",
+    "JobContext": "django_ojs.context",
+    "JobError": "django_ojs.context",
     "JobSpec": "django_ojs.envelope",
     "JobState": "django_ojs.states",
     "RetryPolicy": "django_ojs.retry",
@@ -53,6 +59,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from django_ojs.context import JobContext, JobError
     from django_ojs.envelope import JobSpec
     from django_ojs.exceptions import InvalidTransition, JobNotFound, OJSError, ValidationError
     from django_ojs.lifecycle import (
@@ -66,6 +73,7 @@ if TYPE_CHECKING:
         fetch,
         retry_discarded,
     )
+    from django_ojs.registry import handler
     from django_ojs.retry import RetryPolicy
     from django_ojs.states import JobState
 

@@ -1,4 +1,4 @@
-"""App configuration: registers the system checks. No logic."""
+"""App configuration: registers the system checks and discovers job handlers. No logic."""
 
 from __future__ import annotations
 
@@ -13,3 +13,6 @@ class OJSConfig(AppConfig):
 
     def ready(self) -> None:
         from django_ojs import checks  # noqa: F401 - registers the checks
+        from django_ojs.registry import autodiscover
+
+        autodiscover()  # imports <app>.jobs (OJS_HANDLER_MODULES) so @handler runs

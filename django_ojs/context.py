@@ -1,0 +1,167 @@
+"""What a running handler can see and do: :class:`JobContext` and :class:`JobError`.
+
+A handler that declares a ``ctx`` parameter gets a context: the job, its attempt, a way to
+heartbeat and report progress, and a cancellation signal (timeout, job cancelled, worker
+shutdown). The context only asks its worker to act; it never writes to the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class JobCancelled(Exception):
+    """The attempt was cancelled (``ctx.raise_if_cancelled()``)."""
+
+
+class JobError(Exception):
+    """Raise from a handler to fail the attempt with a chosen error ``type``.
+
+    ``retryable=False`` discards the job at once (OJS retry §6); ``details`` is stored with
+    the error. Any other exception fails the attempt with its class name as the type.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        type: str = "handler_error",
+        retryable: bool = True,
+        details: dict[str, Any] | None = None,
+    ):
+        super().__init__(message)
+        self.message = message
+        self.type = type
+        self.retryable = retryable
+        self.details = details
+
+
+class JobContext:
+    """The context of one attempt, passed to handlers that declare a ``ctx`` parameter.
+
+    Attributes
+    ----------
+    job:
+        The job as an OJS envelope (``dict``: ``id``, ``type``, ``args``, ``meta``…).
+    attempt:
+        The attempt number, 1 for the first run.
+    cancelled:
+        A :class:`threading.Event` set when the handler should stop: its execution timeout
+        passed, the job was cancelled, or the worker is shutting down. ``async def``
+        handlers are also cancelled through ``asyncio``.
+    """
+
+    def __init__(
+        self,
+        job: dict[str, Any] | Callable[[], dict[str, Any]],
+        *,
+        job_id: str | None = None,
+        attempt: int | None = None,
+        beat: Callable[[], Any] | None = None,
+        progress: Callable[[float, str | None, dict[str, Any] | None], None] | None = None,
+        worker_id: str | None = None,
+    ):
+        # The envelope may be built lazily: most handlers never look at it.
+        self._job = job if isinstance(job, dict) else None
+        self._job_factory = None if isinstance(job, dict) else job
+        self.job_id: str = job_id if job_id is not None else str(self.job.get("id"))
+        self.attempt: int = attempt if attempt is not None else int(self.job.get("attempt") or 0)
+        self.worker_id = worker_id
+        self.cancelled = threading.Event()
+        self.cancel_reason: str | None = None
+        #: The FAIL error the worker records if the handler stops because it was cancelled.
+        self.cancel_error: dict[str, Any] | None = None
+        self.cancel_requeue = False
+        self._beat = beat
+        self._progress = progress
+        self._on_cancel: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def job(self) -> dict[str, Any]:
+        if self._job is None and self._job_factory is not None:
+            self._job = self._job_factory()
+        return self._job or {}
+
+    @property
+    def type(self) -> str:
+        return str(self.job.get("type"))
+
+    @property
+    def args(self) -> list[Any]:
+        return list(self.job.get("args") or [])
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return dict(self.job.get("meta") or {})
+
+    @property
+    def is_cancelled(self) -> bool:
+        """True once the handler has been asked to stop."""
+        return self.cancelled.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`JobCancelled` if the handler has been asked to stop."""
+        if self.cancelled.is_set():
+            raise JobCancelled(self.cancel_reason or "cancelled")
+
+    def heartbeat(self) -> bool:
+        """Tell the server the job is alive now: extends its reservation and stall clock.
+
+        The worker heartbeats every running job on its own every few seconds; call this in
+        long loops to report liveness sooner. Returns False when the job was cancelled (the
+        cancellation signal is then set too).
+        """
+        if self._beat is not None:
+            self._beat()
+        return not self.cancelled.is_set()
+
+    def progress(
+        self, value: float, message: str | None = None, data: dict[str, Any] | None = None
+    ) -> None:
+        """Report progress: ``value`` from 0.0 to 1.0 (or a percentage above 1, up to 100).
+
+        Recorded as a ``job.progress`` event (OJS events §10.10) and, like a heartbeat,
+        resets the job's stall clock (timeouts §9.3).
+        """
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError("progress value must be a number")
+        fraction = float(value) / 100.0 if value > 1 else float(value)
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError("progress must be between 0.0 and 1.0 (or 0 and 100)")
+        if self._progress is not None:
+            self._progress(fraction, message, data)
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from another thread) when the handler is asked to stop."""
+        with self._lock:
+            if not self.cancelled.is_set():
+                self._on_cancel.append(callback)
+                return
+        callback()
+
+    def cancel(
+        self, reason: str, *, error: dict[str, Any] | None = None, requeue: bool = False
+    ) -> None:
+        """Ask the handler to stop (called by the worker, not by handlers).
+
+        ``error`` is what the attempt fails with if the handler gives up because of it.
+        """
+        with self._lock:
+            if self.cancelled.is_set():
+                return
+            self.cancel_reason = reason
+            self.cancel_error = error
+            self.cancel_requeue = requeue
+            self.cancelled.set()
+            callbacks, self._on_cancel = self._on_cancel, []
+        for callback in callbacks:
+            # A failing callback (a closed event loop) must not break the worker.
+            with contextlib.suppress(Exception):
+                callback()
+
+    def __repr__(self) -> str:
+        return f"<JobContext {self.type} {self.job_id} attempt={self.attempt}>"
