@@ -1,0 +1,56 @@
+"""``manage.py ojs_worker``: run job handlers (parse flags → ``worker.run``)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_ojs import worker
+from django_ojs.conf import settings
+
+
+def _csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+class Command(BaseCommand):
+    help = "Fetch jobs from OJS queues and run their registered handlers."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        s = settings
+        parser.add_argument("--queues", type=_csv, default=None,
+                            help=f"Comma-separated queues, most important first (default OJS_WORKER_QUEUES = {','.join(s.WORKER_QUEUES)}).")  # fmt: skip
+        parser.add_argument("--concurrency", type=int, default=None,
+                            help=f"Handlers running at once (default OJS_WORKER_CONCURRENCY = {s.WORKER_CONCURRENCY}).")  # fmt: skip
+        parser.add_argument("--pool", choices=worker.loop.POOLS, default=None,
+                            help=f"Run handlers in threads or child processes (default OJS_WORKER_POOL = {s.WORKER_POOL}).")  # fmt: skip
+        parser.add_argument("--poll-interval", type=float, default=None,
+                            help=f"Seconds between looks for work without a notification (default OJS_WORKER_POLL_INTERVAL = {s.WORKER_POLL_INTERVAL}).")  # fmt: skip
+        parser.add_argument("--heartbeat-interval", type=float, default=None,
+                            help=f"Seconds between heartbeats (default OJS_WORKER_HEARTBEAT_INTERVAL = {s.WORKER_HEARTBEAT_INTERVAL}).")  # fmt: skip
+        parser.add_argument("--shutdown-grace-period", type=float, default=None,
+                            help=f"Seconds to let running jobs finish after SIGTERM (default OJS_SHUTDOWN_GRACE_PERIOD = {s.SHUTDOWN_GRACE_PERIOD}).")  # fmt: skip
+        parser.add_argument("--no-reaper", dest="run_reaper", action="store_false", default=None,
+                            help=f"Do not run the reaper loop in this process (default OJS_WORKER_RUN_REAPER = {s.WORKER_RUN_REAPER}).")  # fmt: skip
+        parser.add_argument("--worker-id", default=None, help="Worker id (default: worker-<host>-<pid>-<random>).")  # fmt: skip
+        parser.add_argument("--label", dest="labels", action="append", default=[],
+                            help="A worker label reported in heartbeats (repeatable).")  # fmt: skip
+        parser.add_argument("--database", default=None, help="Database alias (default OJS_DATABASE).")  # fmt: skip
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        status = worker.run(
+            queues=options["queues"],
+            concurrency=options["concurrency"],
+            pool=options["pool"],
+            poll_interval=options["poll_interval"],
+            heartbeat_interval=options["heartbeat_interval"],
+            shutdown_grace_period=options["shutdown_grace_period"],
+            run_reaper=options["run_reaper"],
+            worker_id=options["worker_id"],
+            labels=options["labels"],
+            using=options["database"],
+        )
+        if status:
+            sys.exit(status)

@@ -1,0 +1,232 @@
+"""Where handlers run: a pool of runner threads, or of child processes (``--pool processes``).
+
+A pool takes attempts, runs them and hands each outcome to ``on_done``. It can pass a
+cancellation signal to a running attempt and give up on one: a thread cannot be killed,
+so its runner is replaced and the late outcome dropped; a child process is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import close_old_connections, connections
+
+from django_ojs.worker import execution
+from django_ojs.worker.attempt import Attempt
+from django_ojs.worker.execution import Outcome
+
+logger = logging.getLogger("django_ojs.worker")
+
+Done = Callable[[Attempt, Outcome], None]
+
+
+def run_in_thread(attempt: Attempt) -> Outcome:
+    if attempt.handler is None:
+        return Outcome(False, error=execution.no_handler_error(attempt.type))
+    return execution.run(attempt.handler, attempt.args, attempt.ctx)
+
+
+class ThreadPool:
+    """``size`` runner threads taking attempts from one queue."""
+
+    kind = "threads"
+
+    def __init__(self, size: int, on_done: Done, *, name: str = "ojs-runner"):
+        self.size = size
+        self.on_done = on_done
+        self.name = name
+        self._queue: queue.SimpleQueue[Attempt | None] = queue.SimpleQueue()
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for _ in range(self.size):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        with self._lock:
+            self._count += 1
+            n = self._count
+        # Daemon: an abandoned handler that never returns must not keep the process alive.
+        threading.Thread(target=self._runner, name=f"{self.name}-{n}", daemon=True).start()
+
+    def _runner(self) -> None:
+        try:
+            while True:
+                attempt = self._queue.get()
+                if attempt is None:
+                    return
+                close_old_connections()
+                outcome = run_in_thread(attempt)
+                self.on_done(attempt, outcome)
+                if attempt.abandoned:
+                    return  # a replacement runner took this one's place
+        finally:
+            connections.close_all()
+
+    def submit(self, attempt: Attempt) -> None:
+        self._queue.put(attempt)
+
+    def cancel(self, attempt: Attempt) -> None:
+        """The context's signal is the thread's only way to stop (set by the worker)."""
+
+    def abandon(self, attempt: Attempt) -> None:
+        self._spawn()
+
+    def stop(self) -> None:
+        for _ in range(self._count):
+            self._queue.put(None)
+
+
+class ProcessPool:
+    """``size`` child processes, each driven by one slot thread of the parent.
+
+    Children are started with ``spawn`` (no fork of a threaded process) and set Django up
+    themselves. A child reports heartbeats and progress through its pipe; the slot thread
+    relays them to the worker. A killed or crashed child is replaced.
+    """
+
+    kind = "processes"
+
+    def __init__(
+        self,
+        size: int,
+        on_done: Done,
+        *,
+        on_beat: Callable[[Attempt], bool],
+        on_progress: Callable[[Attempt, float, str | None, Any], None],
+    ):
+        self.size = size
+        self.on_done = on_done
+        self.on_beat = on_beat
+        self.on_progress = on_progress
+        self._queue: queue.SimpleQueue[Attempt | None] = queue.SimpleQueue()
+        self._slots: list[_Slot] = []
+        self._stopping = threading.Event()
+
+    def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._slots = [_Slot(self, ctx, i + 1) for i in range(self.size)]
+        for slot in self._slots:
+            slot.start()
+
+    def submit(self, attempt: Attempt) -> None:
+        self._queue.put(attempt)
+
+    def _slot_of(self, attempt: Attempt) -> _Slot | None:
+        for slot in self._slots:
+            if slot.current is attempt:
+                return slot
+        return None
+
+    def cancel(self, attempt: Attempt) -> None:
+        slot = self._slot_of(attempt)
+        if slot is not None:
+            ctx = attempt.ctx
+            slot.send(("cancel", ctx.cancel_reason, ctx.cancel_error, ctx.cancel_requeue))
+
+    def abandon(self, attempt: Attempt) -> None:
+        slot = self._slot_of(attempt)
+        if slot is not None:
+            slot.kill()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        for _ in self._slots:
+            self._queue.put(None)
+        for slot in self._slots:
+            slot.kill()
+
+
+class _Slot:
+    def __init__(self, pool: ProcessPool, mp: Any, n: int):
+        self.pool = pool
+        self.mp = mp
+        self.n = n
+        self.current: Attempt | None = None
+        self.process: Any = None
+        self.conn: Any = None
+        self._send_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"ojs-slot-{n}", daemon=True)
+
+    def start(self) -> None:
+        self._spawn_child()
+        self._thread.start()
+
+    def _spawn_child(self) -> None:
+        from django_ojs.worker import child
+
+        parent_conn, child_conn = self.mp.Pipe()
+        process = self.mp.Process(
+            target=child.main, args=(child_conn,), name=f"ojs-child-{self.n}", daemon=True
+        )
+        process.start()
+        child_conn.close()
+        self.process, self.conn = process, parent_conn
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock, contextlib.suppress(OSError, ValueError):
+            self.conn.send(message)
+
+    def kill(self) -> None:
+        process = self.process
+        if process is not None and process.is_alive():
+            process.kill()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                attempt = self.pool._queue.get()
+                if attempt is None:
+                    return
+                self.current = attempt
+                try:
+                    outcome = self._execute(attempt)
+                finally:
+                    self.current = None
+                if outcome is not None:
+                    self.pool.on_done(attempt, outcome)
+                if self.pool._stopping.is_set():
+                    return
+        finally:
+            self.kill()
+            connections.close_all()
+
+    def _execute(self, attempt: Attempt) -> Outcome | None:
+        if attempt.handler is None:
+            return Outcome(False, error=execution.no_handler_error(attempt.type))
+        self.send(("job", attempt.type, attempt.args, attempt.wire))
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                return self._child_died(attempt)
+            kind = message[0]
+            if kind == "done":
+                return Outcome.from_tuple(message[1])
+            if kind == "beat":
+                self.send(("beat_reply", self.pool.on_beat(attempt)))
+            elif kind == "progress":
+                try:
+                    self.pool.on_progress(attempt, message[1], message[2], message[3])
+                except Exception:
+                    logger.exception("progress report of job %s failed", attempt.job_id)
+
+    def _child_died(self, attempt: Attempt) -> Outcome | None:
+        process = self.process
+        process.join(timeout=5)
+        exitcode = process.exitcode
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        if not self.pool._stopping.is_set():
+            self._spawn_child()
+        if attempt.abandoned:
+            return None  # we killed it (hard timeout or shutdown): already failed
+        logger.error("handler process for job %s exited with code %s", attempt.job_id, exitcode)
+        return Outcome(False, error=execution.crash_error(exitcode))

@@ -1,0 +1,130 @@
+"""Job handlers of the example project, discovered by django-ojs at startup.
+
+The ``test.*`` handlers are the standard set of ojs-conformance.md §5.4, so a conformance
+run (or a curious reader) can watch every path with ``python manage.py ojs_worker``. The
+``demo.*`` handlers show the handler API: plain args, a context, progress, asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+import django_ojs
+from django_ojs.context import JobCancelled, JobContext, JobError
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- conformance
+
+
+@django_ojs.handler("test.echo")
+def echo(*args: Any) -> list[Any]:
+    """Return the arguments as the result (L0-004 expects the whole args array)."""
+    return list(args)
+
+
+@django_ojs.handler("test.noop")
+def noop(*args: Any) -> None:
+    """Succeed at once with no result."""
+
+
+def _seconds(args: tuple[Any, ...], default: float) -> float:
+    # The suites send [{"duration_ms": N}]; the L4-002 example sends [5] (seconds).
+    if args and isinstance(args[0], dict):
+        if "duration_ms" in args[0]:
+            return float(args[0]["duration_ms"]) / 1000
+        if "duration" in args[0]:
+            return float(args[0]["duration"])
+    if args and isinstance(args[0], int | float) and not isinstance(args[0], bool):
+        return float(args[0])
+    return default
+
+
+@django_ojs.handler("test.slow")
+def slow(ctx: JobContext, *args: Any) -> dict[str, Any]:
+    """Sleep for the given duration, then succeed. Stops early when cancelled."""
+    seconds = _seconds(args, 1.0)
+    if ctx.cancelled.wait(seconds):
+        raise JobCancelled(ctx.cancel_reason or "cancelled")
+    return {"slept_ms": round(seconds * 1000)}
+
+
+@django_ojs.handler("test.fail_once")
+def fail_once(ctx: JobContext, *args: Any) -> dict[str, int]:
+    """Fail on attempt 1, succeed on attempt 2."""
+    if ctx.attempt < 2:
+        raise JobError(f"test.fail_once: failing attempt {ctx.attempt}", type="test.failure")
+    return {"attempt": ctx.attempt}
+
+
+@django_ojs.handler("test.fail_twice")
+def fail_twice(ctx: JobContext, *args: Any) -> dict[str, int]:
+    """Fail on attempts 1 and 2, succeed on attempt 3."""
+    if ctx.attempt < 3:
+        raise JobError(f"test.fail_twice: failing attempt {ctx.attempt}", type="test.failure")
+    return {"attempt": ctx.attempt}
+
+
+@django_ojs.handler("test.fail_always")
+def fail_always(*args: Any) -> None:
+    """Always fail with a retryable error."""
+    raise JobError("test.fail_always: failing as asked", type="test.failure", retryable=True)
+
+
+@django_ojs.handler("test.timeout")
+def timeout(*args: Any) -> None:
+    """Run longer than any configured timeout, ignoring the cancellation signal."""
+    deadline = time.monotonic() + _seconds(args, 3600.0)
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@django_ojs.handler("test.panic")
+def panic(*args: Any) -> None:
+    """Crash the process running the handler (a worker crash in the thread pool)."""
+    os._exit(70)
+
+
+@django_ojs.handler("test.produce")
+def produce(*args: Any) -> Any:
+    """Return a configurable value: the first argument (L3-001 uses ["step1_output"])."""
+    return args[0] if args else None
+
+
+# --------------------------------------------------------------------------- demo
+
+
+@django_ojs.handler("demo.add")
+def add(a: float, b: float) -> float:
+    """The smallest handler: args in, JSON result out."""
+    return a + b
+
+
+@django_ojs.handler("email.send")
+def send_email(to: str, subject: str = "", body: str = "") -> dict[str, str]:
+    """Pretend to send an email (logs it)."""
+    logger.info("sending email to %s: %s", to, subject)
+    return {"to": to, "status": "sent"}
+
+
+@django_ojs.handler("demo.report")
+def report(ctx: JobContext, rows: int = 100, delay_ms: int = 20) -> dict[str, int]:
+    """A long job: reports progress, heartbeats, and stops cleanly when cancelled."""
+    for done in range(1, rows + 1):
+        ctx.raise_if_cancelled()
+        time.sleep(delay_ms / 1000)
+        if done % 10 == 0:
+            ctx.progress(done / rows, f"{done} of {rows} rows")
+    return {"rows": rows}
+
+
+@django_ojs.handler("demo.sleep_async")
+async def sleep_async(seconds: float = 1.0) -> dict[str, float]:
+    """An ``async def`` handler: cancelled through asyncio at its timeout."""
+    await asyncio.sleep(seconds)
+    return {"slept": seconds}
