@@ -20,12 +20,15 @@ from django_ojs.exceptions import EnvelopeTooLarge, ValidationError
 from django_ojs.retry import RetryPolicy, parse_duration
 
 SPECVERSION = "1.0"
-# Digest §8.18: lenient type pattern (CORE lower-case ⊂ conformance mixed case ⊂ OAPI '-').
-TYPE_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]*(\.[a-zA-Z][a-zA-Z0-9_-]*)*$")
+# OJS core §5.1 segments are lower-case ([a-z][a-z0-9_]*), as the SDK checks and the
+# conformance suite enforces (L0-ENV-005 refuses "Email.Send"); '-' is allowed as in the
+# OpenAPI pattern (suite types such as "dlq.test.list-first" use it).
+TYPE_RE = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$")
 TYPE_MAX_LENGTH = 255
 QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9\-.]*$")
 QUEUE_MAX_LENGTH = 128
-PRIORITY_RANGE = (-1000, 1000)
+# OJS core §5.2: at least -100..100; the reference server and L0-ENV-017 refuse beyond it.
+PRIORITY_RANGE = (-100, 100)
 
 #: Attributes the system owns: ignored when a client sends them (OJS core §5.3).
 SYSTEM_ATTRIBUTES = frozenset(
@@ -182,8 +185,8 @@ def _validate_type(value: Any) -> str:
         raise ValidationError("type is required and must be a non-empty string", field="type")
     if len(value) > TYPE_MAX_LENGTH or not TYPE_RE.match(value):
         raise ValidationError(
-            "type must be dot-separated segments of letters, digits, '_' or '-', each "
-            "starting with a letter (e.g. 'email.send')",
+            "type must be dot-separated lower-case segments of letters, digits, '_' or '-', "
+            "each starting with a letter (e.g. 'email.send')",
             field="type",
         )
     return value

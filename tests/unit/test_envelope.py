@@ -90,8 +90,29 @@ def test_build__tuples_are_json_arrays():
     assert build("a", (1, (2, 3))).args == [1, [2, 3]]
 
 
-def test_build__mixed_case_and_dashes_in_type_are_accepted():
-    assert build("Billing.invoice-generate").type == "Billing.invoice-generate"
+def test_build__dashes_in_type_are_accepted():
+    assert build("billing.invoice-generate").type == "billing.invoice-generate"
+
+
+@pytest.mark.parametrize("bad", ["Billing.invoice", "email.Send", "1email.send", "email send"])
+def test_build__type_segments_are_lower_case_and_start_with_a_letter(bad):
+    # OJS core §5.1 and conformance L0-ENV-005.
+    with pytest.raises(ValidationError) as info:
+        build(bad)
+    assert info.value.field == "type"
+
+
+@pytest.mark.parametrize(
+    ("priority", "ok"), [(100, True), (-100, True), (101, False), (-101, False)]
+)
+def test_build__priority_range_is_minus_100_to_100(priority, ok):
+    # OJS core §5.2 and conformance L0-ENV-017.
+    if ok:
+        assert build("a", priority=priority).priority == priority
+    else:
+        with pytest.raises(ValidationError) as info:
+            build("a", priority=priority)
+        assert info.value.field == "priority"
 
 
 def test_build__relative_and_absolute_times():
