@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from django_ojs.models import Job
@@ -44,6 +44,22 @@ class Driver(Protocol):
         ``stale_at``. Sets ``attempt += 1``, ``started_at``, ``worker_id`` and the
         visibility/timeout/stall deadlines. Runs inside the caller's transaction.
         """
+        ...
+
+    #: True when :meth:`push` of one job is a single atomic statement, so the caller
+    #: needs no transaction around it.
+    single_statement_push: bool
+
+    def push(self, jobs: list[Job], events: list[tuple[Any, ...]], available: set[str]) -> None:
+        """Insert new jobs and their event rows, register their queues and wake workers.
+
+        ``available`` names the queues that received available jobs. Runs in the caller's
+        transaction; wake-ups are delivered only on commit.
+        """
+        ...
+
+    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        """Insert event rows (``lifecycle.events.EventRow`` tuples) in the transaction."""
         ...
 
     def after_push(self, queues: set[str], available: set[str]) -> None:

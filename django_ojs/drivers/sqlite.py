@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import F, Q
 
 from django_ojs.drivers.base import ClaimDefaults
-from django_ojs.models import Job, Queue
+from django_ojs.models import Event, Job, Queue
 
 
 def _ms(n: int) -> timedelta:
@@ -81,6 +82,22 @@ class SQLiteDriver:
                 job.attempt += 1
                 claimed.append(job)
         return claimed
+
+    single_statement_push = False
+
+    def push(self, jobs: list[Job], events: list[tuple[Any, ...]], available: set[str]) -> None:
+        if len(jobs) == 1:
+            jobs[0].save(using=self.using, force_insert=True)
+        else:
+            Job.objects.using(self.using).bulk_create(jobs, batch_size=500)
+        self.insert_events(events)
+        self.after_push({job.queue for job in jobs}, available)
+
+    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        if rows:
+            Event.objects.using(self.using).bulk_create(
+                [Event(*(None, *row)) for row in rows], batch_size=500
+            )
 
     def after_push(self, queues: set[str], available: set[str]) -> None:
         Queue.objects.using(self.using).bulk_create(

@@ -1,15 +1,16 @@
-"""Lifecycle events (OJS events spec): one function writes them, in the caller's transaction.
+"""Lifecycle events (OJS events spec): one place builds them, in the caller's transaction.
 
 Rows go to the ``Event`` table in the same transaction as the transition (so a rolled-back
 job emits nothing), unless ``OJS_STORE_EVENTS`` is off. The ``event_emitted`` Django signal
-is sent for each event after the transaction commits.
+is sent for each event after the transaction commits. Rows are plain tuples
+(:class:`EventRow`) so that hot paths (push, fetch) can hand them to the driver in bulk.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
@@ -17,7 +18,24 @@ from uuid6 import uuid7
 
 from django_ojs import envelope, signals
 from django_ojs.conf import settings
+from django_ojs.drivers import get_driver
 from django_ojs.models import Event, Job
+
+
+class EventRow(NamedTuple):
+    """One ``ojs_event`` row, in column order (without the ``seq`` key)."""
+
+    id: Any
+    type: str
+    source: str
+    subject: str
+    time: datetime
+    job_id: Any
+    queue: str
+    data: dict[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        return Event(**self._asdict()).to_wire()
 
 
 def job_data(job: Job, **data: Any) -> dict[str, Any]:
@@ -26,7 +44,7 @@ def job_data(job: Job, **data: Any) -> dict[str, Any]:
         "job_id": str(job.id),
         "job_type": job.type,
         "queue": job.queue,
-        "state": job.state,
+        "state": str(job.state),
     }
     trace_id = (job.meta or {}).get("trace_id") if isinstance(job.meta, dict) else None
     if trace_id is not None:
@@ -39,6 +57,18 @@ def job_data(job: Job, **data: Any) -> dict[str, Any]:
     return out
 
 
+def job_rows(
+    items: Iterable[tuple[str, Job, dict[str, Any]]], when: datetime | None = None
+) -> list[EventRow]:
+    """Build (not store) the rows for ``(kind, job, data)`` items."""
+    when = when or timezone.now()
+    source = settings.EVENT_SOURCE
+    return [
+        EventRow(uuid7(), kind, source, str(job.id), when, job.id, job.queue, job_data(job, **data))
+        for kind, job, data in items
+    ]
+
+
 def emit_job(kind: str, job: Job, using: str, when: datetime | None = None, **data: Any) -> None:
     """Record one job event (``kind`` like ``"job.completed"``)."""
     emit_many([(kind, job, data)], using, when)
@@ -47,49 +77,42 @@ def emit_job(kind: str, job: Job, using: str, when: datetime | None = None, **da
 def emit_many(
     items: Iterable[tuple[str, Job, dict[str, Any]]], using: str, when: datetime | None = None
 ) -> None:
-    """Record several job events with one INSERT."""
-    when = when or timezone.now()
-    source = settings.EVENT_SOURCE
-    rows = [
-        Event(
-            id=uuid7(),
-            type=kind,
-            source=source,
-            subject=str(job.id),
-            time=when,
-            job_id=job.id,
-            queue=job.queue,
-            data=job_data(job, **data),
-        )
-        for kind, job, data in items
-    ]
-    _store_and_signal(rows, using)
+    """Record several job events with one write."""
+    rows = job_rows(items, when)
+    store(rows, using)
+    signal(rows, using)
 
 
 def emit_other(kind: str, subject: str, using: str, *, queue: str = "", **data: Any) -> None:
     """Record an event that is not about one job (``queue.paused``, ``worker.started``...)."""
-    row = Event(
-        id=uuid7(),
-        type=kind,
-        source=settings.EVENT_SOURCE,
-        subject=subject,
-        time=timezone.now(),
-        queue=queue,
-        data={k: v for k, v in data.items() if v is not None},
+    row = EventRow(
+        uuid7(),
+        kind,
+        settings.EVENT_SOURCE,
+        subject,
+        timezone.now(),
+        None,
+        queue,
+        {k: v for k, v in data.items() if v is not None},
     )
-    _store_and_signal([row], using)
+    store([row], using)
+    signal([row], using)
 
 
-def _store_and_signal(rows: list[Event], using: str) -> None:
-    if not rows:
+def store(rows: list[EventRow], using: str) -> None:
+    """Write ``rows`` in the current transaction (no-op when ``OJS_STORE_EVENTS`` is off)."""
+    if rows and settings.STORE_EVENTS:
+        get_driver(using).insert_events(rows)
+
+
+def signal(rows: list[EventRow], using: str) -> None:
+    """Send ``event_emitted`` for each row once the current transaction commits."""
+    if not rows or not signals.event_emitted.has_listeners():
         return
-    if settings.STORE_EVENTS:
-        Event.objects.using(using).bulk_create(rows)
-    if signals.event_emitted.has_listeners():
-        envelopes = [row.to_wire() for row in rows]
+    envelopes = [row.to_wire() for row in rows]
 
-        def send() -> None:
-            for env in envelopes:
-                signals.event_emitted.send(sender=Event, event=env)
+    def send() -> None:
+        for env in envelopes:
+            signals.event_emitted.send(sender=Event, event=env)
 
-        transaction.on_commit(send, using=using)
+    transaction.on_commit(send, using=using)
