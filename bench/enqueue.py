@@ -93,7 +93,9 @@ def bench_fetch_ack(n: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--single", type=int, default=5000)
     parser.add_argument("--bulk", type=int, default=50_000)
     parser.add_argument("--batch", type=int, default=5000)
@@ -108,7 +110,11 @@ def main() -> None:
     if args.no_events:
         settings.OJS_STORE_EVENTS = False
     print(f"database: {connection.vendor}, events stored: {not args.no_events}, runs: {args.runs}")
-    results: dict[str, list[float]] = {"single enqueue": [], "enqueue_many": [], "fetch(100)+ack": []}
+    results: dict[str, list[float]] = {
+        "single enqueue": [],
+        "enqueue_many": [],
+        "fetch(100)+ack": [],
+    }
     for _ in range(args.runs):
         reset()
         results["single enqueue"].append(bench_single(args.single))
