@@ -17,6 +17,7 @@ from django_ojs.conf import settings
 from django_ojs.drivers import ClaimDefaults, get_driver
 from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import events
+from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.policy import requested_ms
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job, Worker
@@ -76,6 +77,9 @@ def fetch(
     with transaction.atomic(using=using):
         if worker_id:
             _touch_worker(worker_id, list(queues), using, now)
+        # Lazy promotion: a retry or scheduled job whose time has come is fetchable now,
+        # not only after the reaper's next pass (a backoff is a minimum wait, retry §5).
+        promote_due(now=now, queues=list(queues), using=using)
         for queue in dict.fromkeys(queues):  # keep order, drop repeats
             remaining = count - len(claimed)
             if remaining <= 0:

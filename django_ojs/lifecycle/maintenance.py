@@ -7,6 +7,7 @@ fight over a row; every write is still a compare-and-set.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,12 +36,23 @@ def _lock(qs: QuerySet[Job], using: str) -> list[Job]:
     return list(qs[:BATCH])
 
 
-def promote_due(*, now: datetime | None = None, using: str | None = None) -> int:
-    """``scheduled → available`` and ``retryable → available`` for jobs whose time has come."""
+def promote_due(
+    *,
+    now: datetime | None = None,
+    queues: Sequence[str] | None = None,
+    using: str | None = None,
+) -> int:
+    """``scheduled → available`` and ``retryable → available`` for jobs whose time has come.
+
+    ``queues`` limits the pass to those queues (``fetch`` promotes lazily this way).
+    """
     using = db(using)
     now = now or timezone.now()
+    due = Job.objects.using(using).due(now)
+    if queues is not None:
+        due = due.filter(queue__in=list(queues))
     with transaction.atomic(using=using):
-        jobs = _lock(Job.objects.using(using).due(now).order_by("id"), using)
+        jobs = _lock(due.order_by("id"), using)
         if not jobs:
             return 0
         ids = [j.id for j in jobs]

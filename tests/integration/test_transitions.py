@@ -49,12 +49,19 @@ assert set(TARGETED) | set(SELECTING) == set(states.OPERATIONS)
 
 
 def make(state: str, operation: str) -> Job:
+    if operation == "fetch":
+        # Rows that are not due: fetch promotes a due scheduled or retryable job before it
+        # claims (tests/integration/test_api_lifecycle.py), and never claims expired ones.
+        return JobFactory(queue=f"q-{state}", **TRAITS[state])
     past = timezone.now() - timedelta(seconds=1)
-    # Make every row "due" for the sweeps, so only its state decides what they do (an
-    # expired row is never claimed, so the claim gets a fresh one).
-    expiry = {} if operation == "fetch" else {"stale_at": past, "expires_at": past}
+    # Make every row "due" for the sweeps, so only its state decides what they do.
     return JobFactory(
-        queue=f"q-{state}", scheduled_at=past, next_attempt_at=past, **expiry, **TRAITS[state]
+        queue=f"q-{state}",
+        scheduled_at=past,
+        next_attempt_at=past,
+        stale_at=past,
+        expires_at=past,
+        **TRAITS[state],
     )
 
 
