@@ -82,3 +82,42 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         except ValidationError as exc:
             out.append(Error(f"OJS_RETRY_POLICY is invalid: {exc.message}", id="ojs.E005"))
     return out
+
+
+@register()
+def check_http_api(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """The HTTP binding's settings (``OJS_API_AUTH``, ``OJS_RESPONSE_CONTENT_TYPE``...)."""
+    from django_ojs.conf import API_AUTH_CHOICES, RESPONSE_CONTENT_TYPES
+
+    out: list[Any] = []
+    auth = getattr(django_settings, "OJS_API_AUTH", None)
+    if auth is not None and auth not in API_AUTH_CHOICES:
+        out.append(
+            Error(
+                f"OJS_API_AUTH is {auth!r}; it must be one of {', '.join(API_AUTH_CHOICES)}.",
+                id="ojs.E006",
+            )
+        )
+    elif auth == "none" and not django_settings.DEBUG:
+        out.append(
+            Warning(
+                "OJS_API_AUTH = 'none' opens the OJS HTTP API to anyone who can reach it, "
+                "and DEBUG is False.",
+                hint="Remove OJS_API_AUTH (bearer API keys are the default) and create keys "
+                "with 'manage.py ojs_apikey create NAME --scope producer|worker|admin'.",
+                id="ojs.W002",
+            )
+        )
+    content_type = getattr(django_settings, "OJS_RESPONSE_CONTENT_TYPE", None)
+    if content_type is not None and content_type not in RESPONSE_CONTENT_TYPES:
+        out.append(
+            Error(
+                f"OJS_RESPONSE_CONTENT_TYPE is {content_type!r}; it must be one of "
+                f"{', '.join(RESPONSE_CONTENT_TYPES)}.",
+                id="ojs.E007",
+            )
+        )
+    limit = getattr(django_settings, "OJS_MAX_REQUEST_BYTES", None)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        out.append(Error("OJS_MAX_REQUEST_BYTES must be a positive integer.", id="ojs.E008"))
+    return out

@@ -68,6 +68,16 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# The HTTP API needs a bearer key (`manage.py ojs_apikey create NAME --scope ...`) unless
+# OJS_API_AUTH=none opens it (local development and the conformance run only).
+OJS_API_AUTH = env.str("OJS_API_AUTH", default="api_key")
+OJS_RESPONSE_CONTENT_TYPE = env.str(
+    "OJS_RESPONSE_CONTENT_TYPE", default="application/openjobspec+json"
+)
+# Seconds between an execution timeout and the server failing the attempt (timeouts §5.4).
+OJS_GRACE_PERIOD = env.float("OJS_GRACE_PERIOD", default=30.0)
+
 USE_TZ = True
 TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"

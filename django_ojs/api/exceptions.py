@@ -1,0 +1,165 @@
+"""Every error of the HTTP API as the OJS error envelope (HB §16).
+
+``{"error": {code, message, retryable, details, request_id, hint, docs_url}}`` for OJS
+errors, DRF errors (401, 403, 404, 405, parse errors, 415 → 400) and unexpected ones
+(logged, then 500/503 ``backend_error``). Rendering only: no state changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import DatabaseError
+from django.http import Http404
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+from rest_framework.views import set_rollback
+
+from django_ojs.exceptions import OJSError
+
+logger = logging.getLogger("django_ojs.api")
+
+#: ojs-errors §4 publishes one page per canonical (upper-case) code.
+DOCS_URL = "https://openjobspec.org/errors/{code}"
+_CANONICAL = {
+    "conflict": "INVALID_STATE_TRANSITION",
+    "duplicate": "DUPLICATE_JOB",
+    "unsupported": "UNSUPPORTED_FEATURE",
+    "backend_error": "BACKEND_ERROR",
+}
+HINTS = {
+    "invalid_payload": "Fix the field named in details.field and send the request again.",
+    "invalid_request": "Send a JSON object with Content-Type: application/openjobspec+json "
+    "(or application/json).",
+    "not_found": "Check the id or path. Finished jobs are deleted after their retention "
+    "period (OJS_RETENTION).",
+    "conflict": "The job is not in a state that allows this operation; "
+    "details.current_state says where it is.",
+    "duplicate": "A job with this id or unique key exists; details.existing_job_id names it.",
+    "envelope_too_large": "Send a smaller body; large payloads belong in external storage.",
+    "unauthenticated": "Send 'Authorization: Bearer <key>' with a key from "
+    "'manage.py ojs_apikey create'.",
+    "permission_denied": "Use a key whose scope allows this endpoint (details.required_scope).",
+    "unsupported": "Send OJS-Version: 1.0 or omit the header.",
+    "queue_paused": "Resume the queue or wait.",
+    "backend_error": "Retry later; the server logged the cause.",
+}
+
+
+def error_body(
+    code: str,
+    message: str,
+    *,
+    retryable: bool = False,
+    details: dict[str, Any] | None = None,
+    request_id: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The OJS error envelope (HB §16.1 plus ``hint``/``docs_url`` from ojs-errors §3)."""
+    url = DOCS_URL.format(code=_CANONICAL.get(code, code.upper()))
+    body: dict[str, Any] = {
+        "code": code,
+        "message": message,
+        "retryable": retryable,
+        "details": details or {},
+        "request_id": request_id,
+        "hint": HINTS.get(code, "See the django-ojs HTTP API reference."),
+        "docs_url": url,
+        "doc_url": url,  # ojs-errors §3 spells it doc_url; conformance reads docs_url
+    }
+    body.update(extra)
+    return {"error": body}
+
+
+def _request_id(context: dict[str, Any]) -> str | None:
+    request = context.get("request")
+    django_request = getattr(request, "_request", request)
+    return getattr(django_request, "ojs_request_id", None)
+
+
+def _from_drf(exc: drf.APIException, context: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    detail = exc.detail if isinstance(exc.detail, str) else None
+    if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
+        # DRF sets 403 when no authenticator offers a WWW-Authenticate challenge.
+        status = exc.status_code
+        code = "unauthenticated" if status == 401 else "permission_denied"
+        return status, {"code": code, "message": str(exc.detail)}
+    if isinstance(exc, drf.PermissionDenied):
+        details = getattr(exc, "ojs_details", {})
+        return 403, {"code": "permission_denied", "message": str(exc.detail), "details": details}
+    if isinstance(exc, drf.NotFound):
+        return 404, {"code": "not_found", "message": str(exc.detail)}
+    if isinstance(exc, drf.MethodNotAllowed):
+        view = context.get("view")
+        allowed = sorted(getattr(view, "allowed_methods", []) or [])
+        return 405, {
+            "code": "invalid_request",
+            "message": str(exc.detail),
+            "details": {"allowed_methods": allowed},
+        }
+    if isinstance(exc, drf.UnsupportedMediaType):
+        # HB §4.1: an unsupported content type is 400, not DRF's 415.
+        return 400, {
+            "code": "invalid_request",
+            "message": f"Unsupported Content-Type {exc.detail!s}: send "
+            "application/openjobspec+json or application/json.",
+        }
+    if isinstance(exc, drf.ParseError):
+        return 400, {"code": "invalid_payload", "message": str(exc.detail)}
+    if isinstance(exc, drf.Throttled):
+        return 429, {"code": "rate_limited", "message": str(exc.detail), "retryable": True}
+    if isinstance(exc, drf.ValidationError):
+        return 400, {
+            "code": "invalid_request",
+            "message": "The request is invalid.",
+            "details": {"errors": exc.detail},
+        }
+    return exc.status_code, {"code": "invalid_request", "message": detail or str(exc)}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    """DRF ``EXCEPTION_HANDLER`` for the OJS views: always an OJS envelope, never None."""
+    request_id = _request_id(context)
+    headers: dict[str, str] = {}
+    if isinstance(exc, OJSError):
+        status = exc.http_status
+        fields: dict[str, Any] = exc.as_dict()
+        error_type = getattr(exc, "error_type", None)
+        if error_type:
+            fields["type"] = error_type  # conformance L1-RTR-011/012 read error.type
+    elif isinstance(exc, Http404):
+        status, fields = 404, {"code": "not_found", "message": str(exc) or "Not found."}
+    elif isinstance(exc, DjangoPermissionDenied):
+        status, fields = 403, {"code": "permission_denied", "message": str(exc) or "Forbidden."}
+    elif isinstance(exc, drf.APIException):
+        status, fields = _from_drf(exc, context)
+        if isinstance(exc, drf.MethodNotAllowed):
+            headers["Allow"] = ", ".join(fields["details"]["allowed_methods"])
+        if isinstance(exc, drf.Throttled) and exc.wait is not None:
+            headers["Retry-After"] = str(int(exc.wait))
+    elif isinstance(exc, DatabaseError):
+        logger.exception("database error in an OJS API request (%s)", request_id)
+        status = 503
+        fields = {
+            "code": "backend_error",
+            "message": "The job store is unavailable.",
+            "retryable": True,
+        }
+    else:
+        logger.exception("unexpected error in an OJS API request (%s)", request_id)
+        status = 500
+        fields = {
+            "code": "backend_error",
+            "message": "Internal server error.",
+            "retryable": True,
+        }
+    set_rollback()
+    code = fields.pop("code")
+    message = fields.pop("message")
+    return Response(
+        error_body(code, message, request_id=request_id, **fields),
+        status=status,
+        headers=headers,
+    )

@@ -1,0 +1,98 @@
+"""Pagination of list endpoints (HB §17): ``limit``, an opaque ``cursor``, and ``offset``.
+
+The cursor is base64url JSON (an offset, or the last event sequence number for keyset
+pages). Clients must not interpret it. Reads query parameters only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django_ojs.exceptions import InvalidRequest
+
+DEFAULT_LIMIT = 50
+#: HB §17.1: at most 200 per page (larger requests are clamped, not refused).
+MAX_LIMIT = 200
+
+
+def encode_cursor(data: dict[str, Any]) -> str:
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> dict[str, Any]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict):
+        raise InvalidRequest(
+            "cursor is not a cursor this server issued", details={"field": "cursor"}
+        )
+    return data
+
+
+def _int_param(params: Any, name: str, default: int, minimum: int) -> int:
+    value = params.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be an integer", details={"field": name}) from None
+    if number < minimum:
+        raise InvalidRequest(f"{name} must be at least {minimum}", details={"field": name})
+    return number
+
+
+@dataclass
+class Page:
+    """What a list request asked for."""
+
+    limit: int
+    offset: int = 0
+    after: int | None = None  # keyset position (events)
+
+    def wrap(self, total: int, count: int, next_position: dict[str, Any] | None) -> dict[str, Any]:
+        """The ``pagination`` object for a page of ``count`` items out of ``total``."""
+        has_more = next_position is not None
+        out: dict[str, Any] = {
+            "total": total,
+            "limit": self.limit,
+            "offset": self.offset,
+            "has_more": has_more,
+        }
+        if has_more:
+            out["next_cursor"] = encode_cursor(next_position)
+        return out
+
+
+def page(params: Any) -> Page:
+    """Read ``limit`` (default 50, clamped to 200), ``cursor`` and ``offset``."""
+    limit = min(_int_param(params, "limit", DEFAULT_LIMIT, 1), MAX_LIMIT)
+    cursor = params.get("cursor")
+    if cursor:
+        data = decode_cursor(cursor)
+        offset, after = data.get("o", 0), data.get("s")
+        if (
+            not isinstance(offset, int)
+            or offset < 0
+            or (after is not None and not isinstance(after, int))
+        ):
+            raise InvalidRequest(
+                "cursor is not a cursor this server issued", details={"field": "cursor"}
+            )
+        return Page(limit=limit, offset=offset, after=after)
+    return Page(limit=limit, offset=_int_param(params, "offset", 0, 0))
+
+
+def offset_page(items: Any, total: int, page: Page) -> tuple[list[Any], dict[str, Any]]:
+    """Slice ``items`` (a QuerySet or list) for ``page``; return the items and ``pagination``."""
+    chunk = list(items[page.offset : page.offset + page.limit])
+    end = page.offset + len(chunk)
+    next_position = {"o": end} if end < total else None
+    return chunk, page.wrap(total, len(chunk), next_position)

@@ -1,0 +1,323 @@
+"""Request validation and response rendering for the HTTP API. No database writes.
+
+Requests accept every shape the HTTP binding, the digest (§1.6) and the conformance
+suites use; responses carry the union of the fields they read (both ``id`` and
+``job_id``, ``state`` and ``directive``...). Body fields that fail validation raise
+``ValidationError`` (``invalid_payload``) naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django_ojs import envelope
+from django_ojs.exceptions import ValidationError
+from django_ojs.lifecycle import Heartbeat
+from django_ojs.lifecycle.claim import MAX_FETCH_COUNT
+from django_ojs.models import Event, Job
+from django_ojs.queues import QueueInfo
+from django_ojs.retry import parse_duration
+
+# --------------------------------------------------------------------------- requests
+
+
+def require_object(data: Any, what: str = "The request body") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValidationError(f"{what} must be a JSON object", field="")
+    return data
+
+
+def _string(body: dict[str, Any], name: str, *, required: bool = False) -> str | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise ValidationError(f"{name} is required", field=name)
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{name} must be a non-empty string", field=name)
+    if len(value) > 255:
+        raise ValidationError(f"{name} must be at most 255 characters", field=name)
+    return value
+
+
+def job_id(body: dict[str, Any]) -> str:
+    """``job_id`` (HB), or ``id`` as an alias."""
+    value = body.get("job_id", body.get("id"))
+    if value is None:
+        raise ValidationError("job_id is required", field="job_id")
+    if not isinstance(value, str) or not value:
+        raise ValidationError("job_id must be a job id string", field="job_id")
+    return value
+
+
+def _seconds(body: dict[str, Any], name: str) -> float | None:
+    """A duration sent as ``<name>_ms`` (HB), or ``<name>`` in seconds or ISO-8601 (OAPI)."""
+    ms = body.get(f"{name}_ms")
+    if ms is not None:
+        if isinstance(ms, bool) or not isinstance(ms, int | float) or not ms > 0:
+            raise ValidationError(
+                f"{name}_ms must be a positive number of milliseconds", field=f"{name}_ms"
+            )
+        if not math.isfinite(ms):
+            raise ValidationError(f"{name}_ms must be finite", field=f"{name}_ms")
+        return ms / 1000
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return parse_duration(value, field_name=name) / 1000
+        except ValidationError as exc:
+            raise ValidationError(exc.message, field=name) from None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValidationError(f"{name} must be a positive number of seconds", field=name)
+    if not math.isfinite(value):
+        raise ValidationError(f"{name} must be finite", field=name)
+    return float(value)
+
+
+def _string_list(value: Any, name: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValidationError(f"{name} must be an array of non-empty strings", field=name)
+    return value
+
+
+def fetch_request(body: dict[str, Any]) -> dict[str, Any]:
+    """``{queues, count?, worker_id?, visibility_timeout_ms?}`` (HB §10.1) → fetch kwargs."""
+    queues = body.get("queues")
+    if queues is None and isinstance(body.get("queue"), str):
+        queues = [body["queue"]]  # OpenAPI's single-queue form
+    if queues is None:
+        raise ValidationError("queues is required (an array of queue names)", field="queues")
+    queues = _string_list(queues, "queues")
+    if not queues:
+        raise ValidationError("queues must name at least one queue", field="queues")
+    for name in queues:
+        envelope.validate_queue(name)
+    count = body.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FETCH_COUNT:
+        raise ValidationError(
+            f"count must be an integer from 1 to {MAX_FETCH_COUNT}", field="count"
+        )
+    return {
+        "queues": queues,
+        "count": count,
+        "worker_id": _string(body, "worker_id"),
+        "visibility_timeout": _seconds(body, "visibility_timeout"),
+    }
+
+
+def ack_request(body: dict[str, Any]) -> dict[str, Any]:
+    """``{job_id, result?, worker_id?}`` (HB §10.2); ``result`` may be any JSON value."""
+    return {
+        "job_id": job_id(body),
+        "result": body.get("result"),
+        "worker_id": _string(body, "worker_id"),
+    }
+
+
+def nack_request(body: dict[str, Any]) -> dict[str, Any]:
+    """``{job_id, error, worker_id?, requeue?}`` (HB §10.3, OpenAPI ``requeue``).
+
+    ``error`` is ``{code, message, retryable?, details?}`` (HB), or core's ``{type,
+    message, backtrace}``, or a plain message string; ``failure.entry`` merges them.
+    """
+    error = body.get("error")
+    if error is None:
+        error = {}
+    if not isinstance(error, dict | str):
+        raise ValidationError("error must be an object", field="error")
+    requeue = body.get("requeue", False)
+    if not isinstance(requeue, bool):
+        raise ValidationError("requeue must be a boolean", field="requeue")
+    return {
+        "job_id": job_id(body),
+        "error": error,
+        "worker_id": _string(body, "worker_id"),
+        "requeue": requeue,
+    }
+
+
+def heartbeat_request(body: dict[str, Any]) -> dict[str, Any]:
+    """BEAT in the HB form and the worker-protocol form (digest §1.5.6).
+
+    ``active_jobs`` is a list of ids (HB) or a count (worker protocol, ids then in
+    ``active_job_ids``); OpenAPI's single ``job_id`` is accepted too.
+    """
+    worker_id = _string(body, "worker_id", required=True)
+    ids: list[Any] = []
+    active = body.get("active_jobs")
+    if isinstance(active, list):
+        ids.extend(_string_list(active, "active_jobs"))
+    elif active is not None and (isinstance(active, bool) or not isinstance(active, int)):
+        raise ValidationError(
+            "active_jobs must be an array of job ids (or a count, with active_job_ids)",
+            field="active_jobs",
+        )
+    if body.get("active_job_ids") is not None:
+        ids.extend(_string_list(body["active_job_ids"], "active_job_ids"))
+    single = _string(body, "job_id")
+    if single:
+        ids.append(single)
+    out: dict[str, Any] = {
+        "worker_id": worker_id,
+        "active_job_ids": list(dict.fromkeys(ids)),
+        "visibility_timeout": _seconds(body, "visibility_timeout"),
+    }
+    state = body.get("state")
+    if state is not None:
+        if state not in ("running", "quiet", "terminate"):
+            raise ValidationError("state must be running, quiet or terminate", field="state")
+        out["state"] = state
+    for name in ("hostname",):
+        if body.get(name) is not None:
+            out[name] = _string(body, name)
+    for name in ("pid", "concurrency"):
+        value = body.get(name)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValidationError(f"{name} must be a non-negative integer", field=name)
+            out[name] = value
+    for name in ("queues", "labels"):
+        if body.get(name) is not None:
+            out[name] = _string_list(body[name], name)
+    return out
+
+
+def batch_request(body: dict[str, Any]) -> list[Any]:
+    """``{jobs: [enqueue request, ...]}`` (HB §9.2): at least one job."""
+    jobs = body.get("jobs")
+    if not isinstance(jobs, list) or not jobs:
+        raise ValidationError("jobs must be a non-empty array of job requests", field="jobs")
+    return jobs
+
+
+def retry_override(body: dict[str, Any]) -> dict[str, Any] | None:
+    """DLQ §6.3's optional ``{override: {queue?, meta?, retry?}}``."""
+    override = body.get("override")
+    if override is None:
+        return None
+    if not isinstance(override, dict):
+        raise ValidationError("override must be an object", field="override")
+    unknown = set(override) - {"queue", "meta", "retry"}
+    if unknown:
+        raise ValidationError(
+            f"override may only set queue, meta and retry (not {', '.join(sorted(unknown))})",
+            field="override",
+        )
+    return override
+
+
+# --------------------------------------------------------------------------- responses
+
+ts = envelope.format_timestamp
+
+
+def job(job: Job) -> dict[str, Any]:
+    """The complete OJS job object, plus what the last operation reported about it."""
+    out = job.to_wire()
+    delay = getattr(job, "retry_delay_ms", None)
+    if delay is None and isinstance(job.error, dict):
+        delay = job.error.get("retry_delay_ms")
+    if delay is not None and job.state != "completed":
+        out["retry_delay_ms"] = delay
+    for name in ("previous_state",):
+        value = getattr(job, name, None)
+        if value is not None:
+            out[name] = str(value)
+    for name in ("activated_at", "re_enqueued_at"):
+        value = getattr(job, name, None)
+        if value is not None:
+            out[name] = ts(value)
+    return out
+
+
+def ack_result(settled: Job) -> dict[str, Any]:
+    """HB §10.2 ``{acknowledged, job_id, state, completed_at}`` plus ``id`` and ``job``."""
+    return {
+        "acknowledged": True,
+        "job_id": str(settled.id),
+        "id": str(settled.id),
+        "state": str(settled.state),
+        "completed_at": ts(settled.completed_at),
+        "job": job(settled),
+    }
+
+
+def nack_result(settled: Job) -> dict[str, Any]:
+    """HB §10.3 ``{job_id, state, attempt, max_attempts, next_attempt_at | discarded_at}``.
+
+    Also ``id``, ``retry_delay_ms``, ``completed_at`` for discarded jobs, and ``job``.
+    """
+    out: dict[str, Any] = {
+        "job_id": str(settled.id),
+        "id": str(settled.id),
+        "state": str(settled.state),
+        "attempt": settled.attempt,
+        "max_attempts": settled.max_attempts,
+    }
+    if settled.state == "retryable":
+        out["next_attempt_at"] = ts(settled.next_attempt_at)
+        delay = getattr(settled, "retry_delay_ms", None)
+        if delay is not None:
+            out["retry_delay_ms"] = delay
+    elif settled.state == "discarded":
+        out["discarded_at"] = ts(settled.discarded_at)
+        out["completed_at"] = ts(settled.completed_at)
+        out["dead_letter"] = settled.dead_letter
+    out["job"] = job(settled)
+    return out
+
+
+def heartbeat(beat: Heartbeat) -> dict[str, Any]:
+    """HB §10.4 ``{state, jobs_extended, server_time}`` plus OpenAPI's ``directive``."""
+    return {
+        "worker_id": beat.worker_id,
+        "state": beat.state,
+        "directive": beat.directive,
+        "jobs_extended": beat.jobs_extended,
+        "cancelled_jobs": beat.cancelled_jobs,
+        "server_time": ts(beat.server_time),
+    }
+
+
+def queue(info: QueueInfo) -> dict[str, Any]:
+    """A queue as HB §11.1 lists it (``status``) and as the suites read it (``paused``)."""
+    out: dict[str, Any] = {
+        "name": info.name,
+        "status": "paused" if info.paused else "active",
+        "paused": info.paused,
+        "created_at": ts(info.created_at),
+    }
+    if info.paused_at is not None:
+        out["paused_at"] = ts(info.paused_at)
+    return out
+
+
+def queue_stats(info: QueueInfo, counts: dict[str, int], computed_at: Any) -> dict[str, Any]:
+    """Queue statistics: counts by state, under ``queue`` (suites) and ``stats`` (HB §11.2)."""
+    stats = dict(counts)
+    stats["depth"] = counts.get("available", 0)
+    stats["total"] = sum(counts.values())
+    body = {**queue(info), **stats}
+    return {
+        "queue": body,
+        "name": info.name,
+        "status": body["status"],
+        "stats": {**stats, "queue": info.name},
+        "computed_at": ts(computed_at),
+    }
+
+
+def event(row: Event) -> dict[str, Any]:
+    """An event envelope (events §2) with the conformance fields (``job_id``, ``queue``...)."""
+    out = row.to_wire()
+    if row.job_id is not None:
+        out["job_id"] = str(row.job_id)
+    if row.queue:
+        out["queue"] = row.queue
+    out["timestamp"] = out["time"]
+    if isinstance(row.data, dict) and "state" in row.data:
+        out["state"] = row.data["state"]
+    return out

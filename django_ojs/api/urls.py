@@ -1,0 +1,43 @@
+"""Routes of the OJS HTTP binding, relative to where the project mounts ``django_ojs.urls``.
+
+``manifest`` and ``v1/...`` (HB §3.1, Appendix A). No trailing slashes; anything else under
+the mount point is an OJS 404 (the last pattern), never an HTML page or a redirect.
+"""
+
+from __future__ import annotations
+
+from django.urls import include, path, re_path
+
+from django_ojs.api import views
+
+v1 = [
+    path("health", views.HealthView.as_view(), name="health"),
+    path("jobs", views.JobListView.as_view(), name="job-list"),
+    path("jobs/batch", views.JobBatchView.as_view(), name="job-batch"),
+    path("jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),
+    path("jobs/<str:job_id>/activate", views.JobActivateView.as_view(), name="job-activate"),
+    path("workers/fetch", views.FetchView.as_view(), name="worker-fetch"),
+    path("workers/ack", views.AckView.as_view(), name="worker-ack"),
+    path("workers/nack", views.NackView.as_view(), name="worker-nack"),
+    path("workers/heartbeat", views.HeartbeatView.as_view(), name="worker-heartbeat"),
+    path("queues", views.QueueListView.as_view(), name="queue-list"),
+    path("queues/<str:name>/stats", views.QueueStatsView.as_view(), name="queue-stats"),
+    path("queues/<str:name>/pause", views.QueuePauseView.as_view(), name="queue-pause"),
+    path("queues/<str:name>/resume", views.QueueResumeView.as_view(), name="queue-resume"),
+    path("dead-letter", views.DeadLetterListView.as_view(), name="dead-letter-list"),
+    path(
+        "dead-letter/<str:job_id>", views.DeadLetterDetailView.as_view(), name="dead-letter-detail"
+    ),
+    path(
+        "dead-letter/<str:job_id>/retry",
+        views.DeadLetterRetryView.as_view(),
+        name="dead-letter-retry",
+    ),
+    path("events", views.EventListView.as_view(), name="event-list"),
+]
+
+urlpatterns = [
+    path("manifest", views.ManifestView.as_view(), name="manifest"),
+    path("v1/", include(v1)),
+    re_path(r"^.*$", views.NotFoundView.as_view(), name="not-found"),
+]

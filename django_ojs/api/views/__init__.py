@@ -1,0 +1,43 @@
+"""One view per OJS endpoint, by resource. Each parses, makes one core call, renders."""
+
+from __future__ import annotations
+
+from django_ojs.api.views.base import NotFoundView, OJSView
+from django_ojs.api.views.dead_letter import (
+    DeadLetterDetailView,
+    DeadLetterListView,
+    DeadLetterRetryView,
+)
+from django_ojs.api.views.events import EventListView
+from django_ojs.api.views.jobs import JobActivateView, JobBatchView, JobDetailView, JobListView
+from django_ojs.api.views.queues import (
+    QueueListView,
+    QueuePauseView,
+    QueueResumeView,
+    QueueStatsView,
+)
+from django_ojs.api.views.system import HealthView, ManifestView
+from django_ojs.api.views.workers import AckView, FetchView, HeartbeatView, NackView
+
+__all__ = [
+    "AckView",
+    "DeadLetterDetailView",
+    "DeadLetterListView",
+    "DeadLetterRetryView",
+    "EventListView",
+    "FetchView",
+    "HealthView",
+    "HeartbeatView",
+    "JobActivateView",
+    "JobBatchView",
+    "JobDetailView",
+    "JobListView",
+    "ManifestView",
+    "NackView",
+    "NotFoundView",
+    "OJSView",
+    "QueueListView",
+    "QueuePauseView",
+    "QueueResumeView",
+    "QueueStatsView",
+]

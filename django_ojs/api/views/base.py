@@ -1,0 +1,105 @@
+"""The base view of every OJS endpoint: wire rules, authentication, headers, the body.
+
+Views subclass :class:`OJSView`, set ``required_scope`` and implement ``get``/``post``/
+``delete`` as parse → one core call → render.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from django_ojs.api import exceptions, permissions, wire
+from django_ojs.api.serializers import require_object
+from django_ojs.conf import settings
+from django_ojs.exceptions import NotFound, Unsupported, ValidationError
+
+BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+class OJSView(APIView):
+    """Common behaviour of the OJS HTTP binding (HB §3-§6, §16, §19)."""
+
+    #: The scope a credential needs (``permissions.PRODUCER``...); ``None`` = public.
+    required_scope: str | None = None
+    #: Whether a POST must carry a JSON body (an empty one is ``invalid_payload``).
+    body_required = False
+
+    parser_classes = [wire.OJSJSONParser, wire.JSONParser]
+    renderer_classes = [wire.OJSRenderer]
+    content_negotiation_class = wire.OJSContentNegotiation
+    permission_classes = [permissions.HasScope]
+    throttle_classes: list[Any] = []
+    metadata_class = None
+    versioning_class = None
+
+    def get_authenticators(self) -> list[Any]:
+        return permissions.authenticators()
+
+    def get_exception_handler(self) -> Any:
+        return exceptions.exception_handler
+
+    def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        # Before anything can fail, so every error body carries the request id.
+        request.ojs_request_id = wire.request_id(request)
+        return super().initialize_request(request, *args, **kwargs)
+
+    def initial(self, request: Any, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        version = request.headers.get("OJS-Version")
+        if version and not wire.version_supported(version):
+            raise Unsupported(
+                f"OJS-Version {version!r} is not supported; this server speaks {wire.OJS_VERSION}.",
+                details={"requested": version, "supported": [wire.OJS_VERSION]},
+            )
+        length = request.META.get("CONTENT_LENGTH")
+        limit = settings.MAX_REQUEST_BYTES
+        if length and length.isdigit() and int(length) > limit:
+            raise wire.too_large(int(length), limit)
+
+    def finalize_response(self, request: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response["OJS-Version"] = wire.OJS_VERSION
+        response[wire.REQUEST_ID_HEADER] = getattr(request, "ojs_request_id", None) or getattr(
+            getattr(request, "_request", None), "ojs_request_id", ""
+        )
+        response["Cache-Control"] = "no-store"
+        return response
+
+    # ----------------------------------------------------------------- helpers
+
+    def body(self, request: Any) -> dict[str, Any]:
+        """The JSON object sent with a POST; ``{}`` for an allowed empty body."""
+        if request.method not in BODY_METHODS:
+            return {}
+        if request.stream is None:  # no body at all (Content-Length 0 or absent)
+            if self.body_required:
+                raise ValidationError("The request body is empty: send a JSON object.", field="")
+            return {}
+        return require_object(request.data)
+
+    def actor(self, request: Any) -> str | None:
+        """Who is calling, for events (``cancelled_by``...): a username or ``apikey:<prefix>``."""
+        user = request.user
+        if user is None or not user.is_authenticated:
+            return None
+        return str(getattr(user, "username", None) or user)
+
+    def location(self, name: str, *args: Any) -> str:
+        namespace = getattr(self.request.resolver_match, "namespace", None) or "ojs"
+        return reverse(f"{namespace}:{name}", args=args)
+
+
+class NotFoundView(OJSView):
+    """Any path under the mount point that is no OJS endpoint: 404 in the OJS envelope."""
+
+    def _not_found(self, request: Any, *args: Any, **kwargs: Any) -> Response:
+        raise NotFound(
+            f"No OJS endpoint at {request.path} (paths have no trailing slash).",
+            details={"path": request.path, "method": request.method},
+        )
+
+    get = post = put = patch = delete = head = options = _not_found

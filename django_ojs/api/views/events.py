@@ -1,0 +1,85 @@
+"""``GET /ojs/v1/events``: poll the event table (events §6.4), oldest first.
+
+Filters: ``types``, ``queues``, ``job_types`` (comma-separated or repeated), ``job_id``,
+``since`` (RFC 3339) and ``after`` (an event id). Pages are keyset-based, so a poller that
+follows ``next_cursor`` sees every event exactly once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from rest_framework.response import Response
+
+from django_ojs import envelope
+from django_ojs.api import pagination, serializers
+from django_ojs.api.permissions import PRODUCER
+from django_ojs.api.views.base import OJSView
+from django_ojs.conf import settings
+from django_ojs.exceptions import InvalidRequest, ValidationError
+from django_ojs.models import Event
+
+
+def _values(params: Any, name: str) -> list[str]:
+    out: list[str] = []
+    for raw in params.getlist(name):
+        out.extend(v.strip() for v in raw.split(",") if v.strip())
+    return out
+
+
+def _uuid(value: str, name: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value.removeprefix("evt_"))
+    except ValueError:
+        raise InvalidRequest(f"{name} must be an id", details={"field": name}) from None
+
+
+class EventListView(OJSView):
+    required_scope = PRODUCER  # a read; admin keys and staff sessions also qualify
+
+    def get(self, request: Any) -> Response:
+        params = request.query_params
+        page = pagination.page(params)
+        events = Event.objects.using(settings.DATABASE).order_by("seq")
+        if types := _values(params, "types") or _values(params, "type"):
+            events = events.filter(type__in=types)
+        if queue_names := _values(params, "queues") or _values(params, "queue"):
+            events = events.filter(queue__in=queue_names)
+        if job_types := _values(params, "job_types"):
+            events = events.filter(data__job_type__in=job_types)
+        if params.get("job_id"):
+            events = events.filter(job_id=_uuid(params["job_id"], "job_id"))
+        if params.get("since"):
+            try:
+                since = envelope.parse_timestamp(params["since"], "since")
+            except ValidationError as exc:
+                raise InvalidRequest(exc.message, details={"field": "since"}) from None
+            events = events.filter(time__gte=since)
+        if params.get("after"):
+            anchor = (
+                Event.objects.using(settings.DATABASE)
+                .filter(id=_uuid(params["after"], "after"))
+                .values_list("seq", flat=True)
+                .first()
+            )
+            if anchor is None:
+                raise InvalidRequest("after names an unknown event", details={"field": "after"})
+            events = events.filter(seq__gt=anchor)
+        total = events.count()
+        if page.after is not None:  # keyset cursor: the last sequence number already seen
+            remaining = events.filter(seq__gt=page.after)
+            offset = total - remaining.count()
+            chunk = list(remaining[: page.limit])
+        else:
+            offset = page.offset
+            chunk = list(events[offset : offset + page.limit])
+        seen = offset + len(chunk)
+        next_position = {"s": chunk[-1].seq, "o": seen} if chunk and seen < total else None
+        page.offset = offset
+        return Response(
+            {
+                "events": [serializers.event(e) for e in chunk],
+                "pagination": page.wrap(total, len(chunk), next_position),
+            }
+        )

@@ -1,0 +1,96 @@
+"""Job endpoints (HB §9): PUSH, PUSH batch, INFO, CANCEL, ACTIVATE."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.response import Response
+
+from django_ojs import envelope, lifecycle
+from django_ojs.api import serializers
+from django_ojs.api.permissions import PRODUCER
+from django_ojs.api.views.base import OJSView
+from django_ojs.conf import settings
+from django_ojs.exceptions import JobNotFound, ValidationError
+from django_ojs.lifecycle.policy import default_retry_policy
+from django_ojs.models import Job
+
+
+def _spec(body: Any) -> envelope.JobSpec:
+    return envelope.from_wire(
+        body, max_bytes=settings.MAX_ENVELOPE_BYTES, retry_base=default_retry_policy()
+    )
+
+
+class JobListView(OJSView):
+    """``POST /ojs/v1/jobs``: enqueue one job; 201 with ``Location`` (HB §9.1)."""
+
+    required_scope = PRODUCER
+    body_required = True
+
+    def post(self, request: Any) -> Response:
+        job = lifecycle.push(_spec(self.body(request)))
+        return Response(
+            {"job": serializers.job(job)},
+            status=201,
+            headers={"Location": self.location("job-detail", str(job.id))},
+        )
+
+
+class JobBatchView(OJSView):
+    """``POST /ojs/v1/jobs/batch``: enqueue several jobs, all or none (HB §9.2)."""
+
+    required_scope = PRODUCER
+    body_required = True
+
+    def post(self, request: Any) -> Response:
+        items = serializers.batch_request(self.body(request))
+        specs = []
+        for index, item in enumerate(items):
+            try:
+                specs.append(_spec(item))
+            except ValidationError as exc:
+                exc.details["index"] = index
+                exc.message = f"jobs[{index}]: {exc.message}"
+                raise
+        jobs = lifecycle.push_many(specs)
+        return Response(
+            {"jobs": [serializers.job(j) for j in jobs], "count": len(jobs)}, status=201
+        )
+
+
+class JobDetailView(OJSView):
+    """``GET`` (INFO, HB §9.3) and ``DELETE`` (CANCEL, HB §9.4) ``/ojs/v1/jobs/{id}``."""
+
+    required_scope = PRODUCER
+
+    def get(self, request: Any, job_id: str) -> Response:
+        job = Job.objects.using(settings.DATABASE).filter(pk=_uuid(job_id)).first()
+        if job is None:
+            raise JobNotFound(job_id)
+        return Response({"job": serializers.job(job)})
+
+    def delete(self, request: Any, job_id: str) -> Response:
+        # HB §9.4: cancelling a job that already finished (cancelled included) is 409.
+        job = lifecycle.cancel(job_id, idempotent=False, by=self.actor(request))
+        return Response({"job": serializers.job(job)})
+
+
+class JobActivateView(OJSView):
+    """``POST /ojs/v1/jobs/{id}/activate``: release a ``pending`` job (HB §9.5)."""
+
+    required_scope = PRODUCER
+
+    def post(self, request: Any, job_id: str) -> Response:
+        self.body(request)  # validates a body if one was sent; none is needed
+        job = lifecycle.activate(job_id)
+        return Response({"job": serializers.job(job)})
+
+
+def _uuid(job_id: str) -> Any:
+    import uuid
+
+    try:
+        return uuid.UUID(job_id)
+    except ValueError:
+        raise JobNotFound(job_id) from None

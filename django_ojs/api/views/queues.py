@@ -1,0 +1,78 @@
+"""Queue endpoints (HB §11): list, statistics, pause, resume."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from rest_framework.response import Response
+
+from django_ojs import envelope, queues
+from django_ojs.api import pagination, serializers
+from django_ojs.api.permissions import ADMIN, PRODUCER
+from django_ojs.api.views.base import OJSView
+from django_ojs.exceptions import NotFound
+
+
+def _known(name: str) -> queues.QueueInfo:
+    envelope.validate_queue(name)
+    for info in queues.list_queues():
+        if info.name == name:
+            return info
+    raise NotFound(
+        f"Queue '{name}' not found.", details={"resource_type": "queue", "resource_id": name}
+    )
+
+
+class QueueListView(OJSView):
+    """``GET /ojs/v1/queues``: every known queue, ``default`` always included (paginated)."""
+
+    required_scope = PRODUCER  # a read; admin keys and staff sessions also qualify
+
+    def get(self, request: Any) -> Response:
+        page = pagination.page(request.query_params)
+        infos = queues.list_queues()
+        chunk, meta = pagination.offset_page(infos, len(infos), page)
+        return Response({"queues": [serializers.queue(i) for i in chunk], "pagination": meta})
+
+
+class QueueStatsView(OJSView):
+    """``GET /ojs/v1/queues/{name}/stats``: jobs of the queue by state."""
+
+    required_scope = ADMIN
+
+    def get(self, request: Any, name: str) -> Response:
+        info = _known(name)
+        return Response(serializers.queue_stats(info, queues.counts(name), timezone.now()))
+
+
+class QueuePauseView(OJSView):
+    """``POST /ojs/v1/queues/{name}/pause``: stop fetches; enqueueing still works."""
+
+    required_scope = ADMIN
+
+    def post(self, request: Any, name: str) -> Response:
+        self.body(request)
+        queue = queues.pause(name, by=self.actor(request))
+        info = queues.QueueInfo(queue.name, queue.paused, queue.paused_at, queue.created_at)
+        body = serializers.queue(info)
+        return Response({"queue": body, "status": body["status"], "paused_at": body["paused_at"]})
+
+
+class QueueResumeView(OJSView):
+    """``POST /ojs/v1/queues/{name}/resume``: let workers fetch again."""
+
+    required_scope = ADMIN
+
+    def post(self, request: Any, name: str) -> Response:
+        self.body(request)
+        queue = queues.resume(name, by=self.actor(request))
+        info = queues.QueueInfo(queue.name, queue.paused, queue.paused_at, queue.created_at)
+        body = serializers.queue(info)
+        return Response(
+            {
+                "queue": body,
+                "status": body["status"],
+                "resumed_at": serializers.ts(timezone.now()),
+            }
+        )

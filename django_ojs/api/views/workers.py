@@ -1,0 +1,61 @@
+"""Worker endpoints (HB §10): FETCH, ACK, FAIL (nack), BEAT (heartbeat).
+
+External workers and the in-process ``ojs_worker`` share ``lifecycle.fetch`` and friends.
+A worker that never registered is created by its first fetch or heartbeat.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.response import Response
+
+from django_ojs import lifecycle
+from django_ojs.api import serializers
+from django_ojs.api.permissions import WORKER
+from django_ojs.api.views.base import OJSView
+
+
+class WorkerView(OJSView):
+    required_scope = WORKER
+    body_required = True
+
+
+class FetchView(WorkerView):
+    """``POST /ojs/v1/workers/fetch`` → ``{"jobs": [...]}`` (empty when there is no work)."""
+
+    def post(self, request: Any) -> Response:
+        jobs = lifecycle.fetch(**serializers.fetch_request(self.body(request)))
+        rendered = [serializers.job(j) for j in jobs]
+        body: dict[str, Any] = {"jobs": rendered}
+        if rendered:
+            body["job"] = rendered[0]  # OpenAPI clients read the first job here
+        return Response(body)
+
+
+class AckView(WorkerView):
+    """``POST /ojs/v1/workers/ack``: complete an active job."""
+
+    def post(self, request: Any) -> Response:
+        data = serializers.ack_request(self.body(request))
+        job = lifecycle.ack(data["job_id"], data["result"], worker_id=data["worker_id"])
+        return Response(serializers.ack_result(job))
+
+
+class NackView(WorkerView):
+    """``POST /ojs/v1/workers/nack``: report a failed attempt; the retry policy decides."""
+
+    def post(self, request: Any) -> Response:
+        data = serializers.nack_request(self.body(request))
+        job = lifecycle.fail(
+            data["job_id"], data["error"], worker_id=data["worker_id"], requeue=data["requeue"]
+        )
+        return Response(serializers.nack_result(job))
+
+
+class HeartbeatView(WorkerView):
+    """``POST /ojs/v1/workers/heartbeat``: extend reservations; reply with the directive."""
+
+    def post(self, request: Any) -> Response:
+        beat = lifecycle.beat(**serializers.heartbeat_request(self.body(request)))
+        return Response(serializers.heartbeat(beat))

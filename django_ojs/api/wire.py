@@ -1,0 +1,108 @@
+"""The OJS wire rules on DRF: media types, parsing, rendering and request ids (HB §3-§6, §19).
+
+DRF's defaults answer 406 to ``Accept: application/openjobspec+json`` and 415 to its
+``Content-Type`` (digest §0.1 item 3); the classes here accept both OJS media types,
+ignore ``Accept`` and always render JSON. No view logic and no database access.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.parsers import BaseParser
+from rest_framework.renderers import JSONRenderer
+from uuid6 import uuid7
+
+from django_ojs.conf import settings
+from django_ojs.exceptions import EnvelopeTooLarge, OJSError
+
+#: The spec version this binding speaks (HB §3.2); sent as ``OJS-Version`` on every response.
+OJS_VERSION = "1.0"
+OJS_MEDIA_TYPE = "application/openjobspec+json"
+REQUEST_ID_HEADER = "X-Request-Id"
+# A client's X-Request-Id is echoed only when it is a sane token (no header injection).
+_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
+
+
+class MalformedBody(OJSError):
+    """The request body is not valid JSON."""
+
+    # ojs-errors §3.1 and conformance L0-OPS-015 name malformed JSON ``invalid_payload``
+    # (JSON format §12 says ``invalid_request``; docs/explanation/spec-readings.md).
+    code = "invalid_payload"
+    http_status = 400
+
+
+def too_large(size: int | None, limit: int) -> EnvelopeTooLarge:
+    message = f"The request body exceeds the {limit}-byte limit."
+    if size is not None:
+        message = f"The request body is {size} bytes; the limit is {limit} bytes."
+    return EnvelopeTooLarge(message, details={"size": size, "limit": limit})
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+class OJSJSONParser(BaseParser):
+    """``application/openjobspec+json``: UTF-8 JSON, at most ``OJS_MAX_REQUEST_BYTES``."""
+
+    media_type = OJS_MEDIA_TYPE
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        limit = settings.MAX_REQUEST_BYTES
+        raw = stream.read(limit + 1)
+        if len(raw) > limit:
+            raise too_large(None, limit)
+        # HB §4.2: bodies are UTF-8 whatever charset the Content-Type names.
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedBody("The request body is not valid UTF-8.") from None
+        try:
+            return json.loads(text, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise MalformedBody(f"The request body is not valid JSON: {exc}.") from None
+
+
+class JSONParser(OJSJSONParser):
+    """``application/json``, which HB §4.1 makes an alias of the OJS media type."""
+
+    media_type = "application/json"
+
+
+class OJSRenderer(JSONRenderer):
+    """JSON with the content type ``OJS_RESPONSE_CONTENT_TYPE`` and no charset parameter."""
+
+    charset = None
+
+    @property  # type: ignore[override]
+    def media_type(self) -> str:
+        return settings.RESPONSE_CONTENT_TYPE
+
+    def render(self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None):
+        return super().render(data, None, renderer_context)
+
+
+class OJSContentNegotiation(DefaultContentNegotiation):
+    """Parsers as usual; the renderer is always the OJS one (HB §4.3: never 406)."""
+
+    def select_renderer(self, request: Any, renderers: Any, format_suffix: Any = None):
+        renderer = renderers[0]
+        return renderer, renderer.media_type
+
+
+def request_id(django_request: Any) -> str:
+    """The client's ``X-Request-Id`` when it is a sane token, else ``req_<UUIDv7>`` (HB §19)."""
+    given = django_request.headers.get(REQUEST_ID_HEADER, "")
+    if given and _CLIENT_REQUEST_ID.match(given):
+        return given
+    return f"req_{uuid7()}"
+
+
+def version_supported(value: str) -> bool:
+    """Digest §8.19: any ``OJS-Version`` with major version 1 (``1``, ``1.0``, ``1.0.0-rc.1``)."""
+    return value.strip().split(".", 1)[0].split("-", 1)[0] == "1"
