@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Case, JSONField, Value, When
 from django.utils import timezone
 
-from django_ojs import envelope, failure
+from django_ojs import envelope, failure, signals
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import ValidationError
@@ -59,11 +59,18 @@ def _ack_batch(
     if not items:
         return []
     now = timezone.now()
-    driver = get_driver(using)
-    fast = getattr(driver, "ack_many", None)
-    if fast is not None:
+    # A driver may complete a batch in one statement (PostgreSQL). It writes the event
+    # rows itself, so it is not used when someone listens to the event signal.
+    fast = getattr(get_driver(using), "ack_many", None)
+    if fast is not None and not signals.event_emitted.has_listeners():
         with transaction.atomic(using=using):
-            return fast(items, worker_id=worker_id, now=now, store_events=settings.STORE_EVENTS)
+            return fast(
+                items,
+                worker_id=worker_id,
+                now=now,
+                source=settings.EVENT_SOURCE,
+                store_events=settings.STORE_EVENTS,
+            )
     return _ack_batch_orm(items, worker_id, using, now)
 
 
