@@ -7,6 +7,7 @@ database vendor.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,8 +38,11 @@ class Driver(Protocol):
         now: datetime,
         visibility_ms: int | None,
         defaults: ClaimDefaults,
+        fields: Sequence[str] | None = None,
     ) -> list[Job]:
         """Atomically move up to ``limit`` available jobs of ``queue`` to ``active``.
+
+        ``fields``: load only these job fields (and ``id``); a driver may load more.
 
         Order: priority high→low, then FIFO (id). Skips paused queues and jobs past their
         ``stale_at``. Sets ``attempt += 1``, ``started_at``, ``worker_id`` and the

@@ -9,6 +9,7 @@ conditional ``UPDATE … WHERE state = 'available'`` whose row count is checked.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,6 +43,7 @@ class SQLiteDriver:
         now: datetime,
         visibility_ms: int | None,
         defaults: ClaimDefaults,
+        fields: Sequence[str] | None = None,  # full rows either way: SQLite reads them anyway
     ) -> list[Job]:
         if Queue.objects.using(self.using).filter(name=queue, paused=True).exists():
             return []
