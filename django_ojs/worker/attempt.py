@@ -29,8 +29,6 @@ class Attempt:
     #: Given up on (hard timeout, shutdown): a late outcome is ignored.
     abandoned: bool = False
     finished: bool = False
-    #: The envelope, for process-pool children (built when needed).
-    wire: dict[str, Any] | None = None
 
     @property
     def soft_at(self) -> float:

@@ -13,6 +13,7 @@ import queue
 import signal
 import threading
 import time
+from functools import partial
 from typing import Any
 
 PARENT_CHECK_INTERVAL = 1.0
@@ -29,6 +30,7 @@ def main(conn: Any) -> None:
     from django_ojs.registry import registry
     from django_ojs.worker import execution
     from django_ojs.worker.execution import Outcome
+    from django_ojs.worker.loop import load_envelope
 
     parent = os.getppid()
     jobs: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
@@ -80,9 +82,15 @@ def main(conn: Any) -> None:
         item = jobs.get()
         if item is None:
             return
-        _, job_type, args, wire = item
+        _, job_id, attempt, job_type, args, using = item
         handler = registry.get(job_type)
-        ctx = JobContext(wire or {}, beat=beat, progress=progress)
+        ctx = JobContext(
+            partial(load_envelope, job_id, using),
+            job_id=job_id,
+            attempt=attempt,
+            beat=beat,
+            progress=progress,
+        )
         current["ctx"] = ctx
         try:
             if handler is None:

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from django.db import connections
@@ -26,6 +27,7 @@ from django_ojs.context import JobContext
 from django_ojs.drivers import get_driver
 from django_ojs.lifecycle.policy import grace_ms, timeout_ms
 from django_ojs.lifecycle.store import db
+from django_ojs.models import Job
 from django_ojs.registry import Registry, registry
 from django_ojs.worker import execution
 from django_ojs.worker.attempt import Attempt
@@ -41,8 +43,18 @@ POOLS = ("threads", "processes")
 TICK = 0.05
 #: Handler-initiated heartbeats closer together than this share one BEAT.
 MIN_HANDLER_BEAT_INTERVAL = 0.25
+#: The job fields a fetch loads; the full envelope is read only if a handler asks for it.
+FETCH_FIELDS = (
+    "type", "queue", "args", "meta", "state", "attempt", "priority", "timeout_ms",
+    "grace_period_ms", "started_at", "worker_id",
+)  # fmt: skip
 #: Exit status after a second SIGINT (128 + SIGINT, as a shell reports it).
 FORCED_EXIT = 130
+
+
+def load_envelope(job_id: Any, using: str) -> dict[str, Any]:
+    """The job's OJS envelope, read when a handler first looks at ``ctx.job``."""
+    return Job.objects.using(using).get(pk=job_id).to_wire()
 
 
 def default_worker_id() -> str:
@@ -128,6 +140,7 @@ class Worker:
                 self._finish,
                 on_beat=self._child_beat,
                 on_progress=self._progress,
+                using=self.using,
             )
         else:
             self.pool = ThreadPool(self.concurrency, self._finish)
@@ -239,7 +252,11 @@ class Worker:
                 continue
             try:
                 jobs = lifecycle.fetch(
-                    self.queues, free, worker_id=self.worker_id, using=self.using
+                    self.queues,
+                    free,
+                    worker_id=self.worker_id,
+                    fields=FETCH_FIELDS,
+                    using=self.using,
                 )
             except Exception:
                 logger.exception("fetch failed; retrying in %.1fs", self.poll_interval)
@@ -257,7 +274,7 @@ class Worker:
     def _submit(self, job: Any, started: float) -> None:
         handler = self.handlers.get(job.type)
         ctx = JobContext(
-            job.to_wire,
+            partial(load_envelope, job.id, self.using),
             job_id=str(job.id),
             attempt=job.attempt,
             beat=self._handler_beat,
@@ -275,8 +292,6 @@ class Worker:
             started=started,
         )
         ctx._progress = lambda value, message, data: self._progress(attempt, value, message, data)
-        if self.pool_kind == "processes":
-            attempt.wire = job.to_wire()
         with self._lock:
             self.running[job.id] = attempt
         self.pool.submit(attempt)

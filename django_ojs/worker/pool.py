@@ -101,7 +101,9 @@ class ProcessPool:
         *,
         on_beat: Callable[[Attempt], bool],
         on_progress: Callable[[Attempt, float, str | None, Any], None],
+        using: str,
     ):
+        self.using = using
         self.size = size
         self.on_done = on_done
         self.on_beat = on_beat
@@ -201,7 +203,16 @@ class _Slot:
     def _execute(self, attempt: Attempt) -> Outcome | None:
         if attempt.handler is None:
             return Outcome(False, error=execution.no_handler_error(attempt.type))
-        self.send(("job", attempt.type, attempt.args, attempt.wire))
+        self.send(
+            (
+                "job",
+                str(attempt.job_id),
+                attempt.attempt,
+                attempt.type,
+                attempt.args,
+                self.pool.using,
+            )
+        )
         while True:
             try:
                 message = self.conn.recv()
