@@ -1,0 +1,245 @@
+"""The operator dashboard: counts by state per queue, what needs attention, and charts.
+
+Read-only. The per-minute charts count ``job.completed`` / ``job.failed`` /
+``job.retrying`` events; when events are not stored (``OJS_STORE_EVENTS = False``) they
+fall back to the finish times of the jobs still stored, and the page says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Min
+from django.db.models.functions import TruncMinute
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+
+from django_ojs import queues as queue_ops
+from django_ojs.admin import charts, display
+from django_ojs.admin.workers import stale_before
+from django_ojs.conf import settings
+from django_ojs.models import Dashboard, Event, Job, Worker
+from django_ojs.states import JobState
+
+WINDOW_MINUTES = 60
+#: Event type → chart series.
+SERIES_EVENTS = {"job.completed": "completed", "job.failed": "failed", "job.retrying": "retried"}
+SERIES = ("completed", "failed", "retried")
+#: Queues drawn in the throughput chart (the busiest first).
+THROUGHPUT_QUEUES = 20
+
+
+def window(now: datetime) -> list[datetime]:
+    """The start of each of the last ``WINDOW_MINUTES`` minutes, the current one last."""
+    current = now.astimezone(UTC).replace(second=0, microsecond=0)
+    return [current - timedelta(minutes=WINDOW_MINUTES - 1 - i) for i in range(WINDOW_MINUTES)]
+
+
+def per_minute(minutes: list[datetime]) -> dict[str, list[int]]:
+    """Completed, failed and retried per minute, counted from stored events."""
+    rows = (
+        Event.objects.filter(time__gte=minutes[0], type__in=list(SERIES_EVENTS))
+        .annotate(minute=TruncMinute("time", tzinfo=UTC))
+        .values("minute", "type")
+        .annotate(n=Count("seq"))
+        .order_by()
+    )
+    index = {m: i for i, m in enumerate(minutes)}
+    out = {name: [0] * len(minutes) for name in SERIES}
+    for row in rows:
+        slot = index.get(row["minute"].astimezone(UTC))
+        if slot is not None:
+            out[SERIES_EVENTS[row["type"]]][slot] += row["n"]
+    return out
+
+
+def per_minute_from_jobs(minutes: list[datetime]) -> dict[str, list[int]]:
+    """Without events: completions and final failures from the jobs' own timestamps."""
+    out = {name: [0] * len(minutes) for name in SERIES}
+    index = {m: i for i, m in enumerate(minutes)}
+    for name, state, field in (
+        ("completed", JobState.COMPLETED, "completed_at"),
+        ("failed", JobState.DISCARDED, "discarded_at"),
+    ):
+        rows = (
+            Job.objects.filter(state=state, **{f"{field}__gte": minutes[0]})
+            .annotate(minute=TruncMinute(field, tzinfo=UTC))
+            .values("minute")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        for row in rows:
+            slot = index.get(row["minute"].astimezone(UTC))
+            if slot is not None:
+                out[name][slot] += row["n"]
+    return out
+
+
+def throughput_by_queue(since: datetime, *, from_events: bool) -> list[tuple[str, dict[str, int]]]:
+    """Jobs completed and failed per queue since ``since``, busiest first."""
+    totals: dict[str, dict[str, int]] = {}
+    if from_events:
+        rows = (
+            Event.objects.filter(time__gte=since, type__in=["job.completed", "job.failed"])
+            .values("queue", "type")
+            .annotate(n=Count("seq"))
+            .order_by()
+        )
+        for row in rows:
+            name = SERIES_EVENTS[row["type"]]
+            totals.setdefault(row["queue"], {"completed": 0, "failed": 0})[name] += row["n"]
+    else:
+        for name, state, field in (
+            ("completed", JobState.COMPLETED, "completed_at"),
+            ("failed", JobState.DISCARDED, "discarded_at"),
+        ):
+            rows = (
+                Job.objects.filter(state=state, **{f"{field}__gte": since})
+                .values("queue")
+                .annotate(n=Count("id"))
+                .order_by()
+            )
+            for row in rows:
+                totals.setdefault(row["queue"], {"completed": 0, "failed": 0})[name] += row["n"]
+    ranked = sorted(totals.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+    return ranked[:THROUGHPUT_QUEUES]
+
+
+@dataclass
+class Card:
+    label: str
+    value: Any
+    url: str = ""
+    alert: bool = False
+    hint: str = ""
+
+
+def attention(now: datetime) -> list[Card]:
+    """The numbers an operator checks first: backlog, failures, stuck jobs, dead workers."""
+    by_state = dict(Job.objects.values_list("state").annotate(n=Count("id")).order_by())
+    jobs = reverse("admin:ojs_job_changelist")
+    oldest = Job.objects.available().aggregate(t=Min("enqueued_at"))["t"]
+    wait = display.seconds_ago(oldest, now)
+    expired = Job.objects.expired(now).count()
+    stale = Worker.objects.stale(stale_before(now)).count()
+    workers = Worker.objects.count()
+    paused = sum(1 for q in queue_ops.list_queues() if q.paused)
+    return [
+        Card("available", by_state.get("available", 0), f"{jobs}?state__exact=available"),
+        Card("active", by_state.get("active", 0), f"{jobs}?state__exact=active"),
+        Card("retryable", by_state.get("retryable", 0), f"{jobs}?state__exact=retryable"),
+        Card("scheduled", by_state.get("scheduled", 0), f"{jobs}?state__exact=scheduled"),
+        Card("dead letter", by_state.get("discarded", 0),
+             reverse("admin:ojs_deadletterjob_changelist"),
+             alert=bool(by_state.get("discarded"))),
+        Card("oldest waiting", display.humanize_seconds(wait) if wait is not None else "—",
+             f"{jobs}?state__exact=available", alert=bool(wait and wait > 300),
+             hint="since the oldest available job was enqueued"),
+        Card("past their reservation", expired, f"{jobs}?state__exact=active",
+             alert=bool(expired), hint="active jobs the reaper should rescue"),
+        Card("workers (stale)", f"{workers} ({stale})",
+             reverse("admin:ojs_worker_changelist") + ("?stale=yes" if stale else ""),
+             alert=bool(stale)),
+        Card("paused queues", paused, reverse("admin:ojs_queue_changelist"), alert=bool(paused)),
+    ]  # fmt: skip
+
+
+def state_table() -> dict[str, Any]:
+    """Jobs by state per queue, with the totals row; each cell links to the job list."""
+    states = [s.value for s in JobState]
+    jobs = reverse("admin:ojs_job_changelist")
+    infos = queue_ops.list_queues(with_counts=True)
+    rows = [
+        {
+            "name": info.name,
+            "paused": info.paused,
+            "url": f"{jobs}?{urlencode({'queue': info.name})}",
+            "cells": [
+                (info.counts.get(s, 0), f"{jobs}?{urlencode({'queue': info.name, 'state__exact': s})}")
+                for s in states
+            ],
+            "total": sum(info.counts.values()),
+        }
+        for info in infos
+    ]  # fmt: skip
+    totals = [sum(info.counts.get(s, 0) for info in infos) for s in states]
+    return {"states": states, "rows": rows, "totals": totals, "total": sum(totals)}
+
+
+def context(now: datetime | None = None) -> dict[str, Any]:
+    now = now or timezone.now()
+    minutes = window(now)
+    from_events = settings.STORE_EVENTS
+    series = per_minute(minutes) if from_events else per_minute_from_jobs(minutes)
+    labels = [timezone.localtime(m).strftime("%H:%M") for m in minutes]
+    throughput = throughput_by_queue(minutes[0], from_events=from_events)
+    return {
+        "now": now,
+        "cards": attention(now),
+        "table": state_table(),
+        "from_events": from_events,
+        "minutes": labels,
+        "series": series,
+        "per_minute_rows": [
+            (label, *(series[name][i] for name in SERIES)) for i, label in enumerate(labels)
+        ],
+        "totals": {name: sum(values) for name, values in series.items()},
+        "line_chart": charts.line_chart(labels, series),
+        "throughput": throughput,
+        "bar_chart": charts.bar_chart(throughput) if throughput else None,
+    }
+
+
+@admin.register(Dashboard)
+class DashboardAdmin(admin.ModelAdmin):
+    """The admin index entry "Dashboard": its changelist is the dashboard page."""
+
+    class Media:
+        css = {"all": ("ojs/admin.css",)}
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("ojs.view_job") or super().has_view_permission(request, obj)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_module_perms("ojs")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[Any]:
+        # Only the page itself: no object views under /admin/ojs/dashboard/<pk>/.
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        opts = self.model._meta
+        page = {
+            **self.admin_site.each_context(request),
+            "title": "Job dashboard",
+            "subtitle": None,
+            "opts": opts,
+            "app_label": opts.app_label,
+            "media": self.media,
+            "window_minutes": WINDOW_MINUTES,
+            **context(),
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/ojs/dashboard.html", page)

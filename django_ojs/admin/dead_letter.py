@@ -1,0 +1,75 @@
+"""The dead letter: discarded jobs in their own admin entry, with retry and purge.
+
+A view over ``DeadLetterJob`` (a proxy of ``Job`` restricted to ``discarded``). Retry is
+``lifecycle.retry_discarded``, purge is ``lifecycle.delete_discarded``; permissions are the
+job permissions ``ojs.retry_job`` and ``ojs.purge_job``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
+
+from django_ojs.admin import display
+from django_ojs.admin.jobs import JobAdmin
+from django_ojs.models import DeadLetterJob, Job
+
+
+class ErrorTypeFilter(admin.SimpleListFilter):
+    title = "error type"
+    parameter_name = "error_type"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        types = (
+            DeadLetterJob.objects.values_list("error__type", flat=True)
+            .order_by("error__type")
+            .distinct()
+        )
+        return [(str(t), str(t)) for t in types if t]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        if self.value():
+            return queryset.filter(error__type=self.value())
+        return queryset
+
+
+@admin.register(DeadLetterJob)
+class DeadLetterJobAdmin(JobAdmin):
+    """Dead-lettered jobs with their last error; retry or purge them."""
+
+    list_display = (
+        "id",
+        "type",
+        "queue",
+        "attempts",
+        "discarded",
+        "last_error_type",
+        "last_error_message",
+    )
+    list_filter = ("queue", "type", ErrorTypeFilter, ("discarded_at", admin.DateFieldListFilter))
+    actions = ("retry_jobs", "purge_dead_letter")
+    ordering = ("-discarded_at",)
+
+    # Anyone who may see jobs may see the dead letter (the proxy's own view
+    # permission works too), so one set of job permissions covers the console.
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("ojs.view_job") or super().has_view_permission(request, obj)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_module_perms("ojs")
+
+    @admin.display(description="discarded", ordering="discarded_at")
+    def discarded(self, obj: Job) -> SafeString | str:
+        return display.compact_time(obj.discarded_at)
+
+    @admin.display(description="error")
+    def last_error_message(self, obj: Job) -> str:
+        return display.error_message(obj.error)
+
+    @admin.action(description="Purge selected dead-lettered jobs", permissions=["purge"])
+    def purge_dead_letter(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+        return self.run_action(request, queryset, "purge_dead_letter")

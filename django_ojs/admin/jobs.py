@@ -1,0 +1,452 @@
+"""The jobs admin: a read-only changelist and detail page, and the operator actions.
+
+Each action confirms, then calls one ``django_ojs.lifecycle`` operation per selected job;
+the lifecycle refuses jobs in the wrong state and the refusal is reported per job. Jobs
+cannot be added, edited or deleted here (``purge`` is the lifecycle's delete).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from django_ojs import lifecycle, states
+from django_ojs.admin import bulk, display
+from django_ojs.conf import settings
+from django_ojs.exceptions import JobNotFound
+from django_ojs.models import Event, Job, Worker
+from django_ojs.states import JobState
+
+#: Timestamps shown on a job's page when set.
+TIMES = ("created_at", "scheduled_at", "enqueued_at", "started_at", "next_attempt_at",
+         "completed_at", "cancelled_at", "discarded_at", "expires_at")  # fmt: skip
+#: Events listed on a job's page (heartbeats are summarised, not listed).
+TIMELINE_LIMIT = 500
+
+
+def _who(request: HttpRequest) -> str:
+    return f"admin:{request.user.get_username()}"
+
+
+def _state_of(pk: Any) -> str | None:
+    return Job.objects.filter(pk=pk).values_list("state", flat=True).first()
+
+
+def _refused_by_state(pk: Any) -> str:
+    state = _state_of(pk)
+    return bulk.state_reason(state) if state else "no longer exists"
+
+
+def _cancel(request: HttpRequest, pk: Any) -> str | None:
+    job = lifecycle.cancel(pk, by=_who(request), reason="Cancelled from the admin")
+    # Cancelling a cancelled job succeeds without a change (OJS core §7.6.4): report it.
+    return "already cancelled" if job.previous_state == JobState.CANCELLED else None
+
+
+def _retry(request: HttpRequest, pk: Any) -> str | None:
+    lifecycle.retry_discarded(pk)
+    return None
+
+
+def _discard(request: HttpRequest, pk: Any) -> str | None:
+    lifecycle.discard(pk, by=_who(request), reason="Discarded from the admin")
+    return None
+
+
+def _run_now(request: HttpRequest, pk: Any) -> str | None:
+    lifecycle.run_now(pk)
+    return None
+
+
+def _purge(request: HttpRequest, pk: Any) -> str | None:
+    return None if lifecycle.purge([pk]) else _refused_by_state(pk)
+
+
+def _delete_discarded(request: HttpRequest, pk: Any) -> str | None:
+    try:
+        lifecycle.delete_discarded(pk)
+    except JobNotFound:
+        return _refused_by_state(pk)
+    return None
+
+
+@dataclass(frozen=True)
+class JobAction:
+    """An operator action on jobs: its wording, the states it applies to, its core call."""
+
+    title: str
+    question: str
+    past: str
+    button: str
+    applies_to: frozenset[str]
+    run: Callable[[HttpRequest, Any], str | None]
+    danger: bool = False
+
+
+ACTIONS: dict[str, JobAction] = {
+    "cancel_jobs": JobAction(
+        "Cancel jobs",
+        "Cancel these jobs? Active ones are cancelled at once and their worker is told "
+        "in its next heartbeat reply.",
+        "cancelled",
+        "Cancel",
+        states.allowed_from("cancel"),
+        _cancel,
+        danger=True,
+    ),
+    "retry_jobs": JobAction(
+        "Retry jobs",
+        "Retry these dead-lettered jobs? They become available with their attempts reset.",
+        "retried",
+        "Retry",
+        states.allowed_from("retry_discarded"),
+        _retry,
+    ),
+    "discard_jobs": JobAction(
+        "Discard jobs",
+        "Discard these jobs? They stop now and go to the dead letter.",
+        "discarded",
+        "Discard",
+        states.allowed_from("discard"),
+        _discard,
+        danger=True,
+    ),
+    "run_jobs_now": JobAction(
+        "Run jobs now",
+        "Make these scheduled or retryable jobs available now?",
+        "made available",
+        "Run now",
+        states.allowed_from("run_now"),
+        _run_now,
+    ),
+    "purge_jobs": JobAction(
+        "Purge jobs",
+        "Delete these finished jobs for good? Unfinished jobs are left alone.",
+        "purged",
+        "Purge",
+        states.TERMINAL_STATES,
+        _purge,
+        danger=True,
+    ),
+    "purge_dead_letter": JobAction(
+        "Purge dead-lettered jobs",
+        "Delete these dead-lettered jobs for good?",
+        "purged",
+        "Purge",
+        frozenset({JobState.DISCARDED}),
+        _delete_discarded,
+        danger=True,
+    ),
+}
+
+
+class FinishedFilter(admin.SimpleListFilter):
+    """When the job finished (completed, discarded or cancelled)."""
+
+    title = "finished"
+    parameter_name = "finished"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("1h", "Past hour"), ("24h", "Past 24 hours"), ("7d", "Past 7 days"),
+                ("30d", "Past 30 days"), ("no", "Not finished")]  # fmt: skip
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        if value == "no":
+            return queryset.filter(completed_at__isnull=True, cancelled_at__isnull=True)
+        spans = {"1h": timedelta(hours=1), "24h": timedelta(days=1),
+                 "7d": timedelta(days=7), "30d": timedelta(days=30)}  # fmt: skip
+        if value in spans:
+            since = timezone.now() - spans[value]
+            return queryset.filter(Q(completed_at__gte=since) | Q(cancelled_at__gte=since))
+        return queryset
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    """Every job: filter, search, inspect, and act through the lifecycle."""
+
+    list_display = (
+        "id",
+        "type",
+        "queue",
+        "state_badge",
+        "attempts",
+        "priority",
+        "scheduled",
+        "started",
+        "finished_at",
+        "last_error_type",
+    )
+    list_filter = (
+        "state",
+        "queue",
+        "type",
+        ("created_at", admin.DateFieldListFilter),
+        FinishedFilter,
+    )
+    search_fields = ("type",)
+    search_help_text = "Search by job id (the full UUID) or by type."
+    list_per_page = 50
+    show_full_result_count = False  # no COUNT(*) over a large job table on every page
+    actions = ("cancel_jobs", "retry_jobs", "discard_jobs", "run_jobs_now", "purge_jobs")
+    change_form_template = "admin/ojs/job/change_form.html"
+    change_list_template = "admin/ojs/job/change_list.html"
+    fieldsets = (
+        (None, {"fields": ("id", "type", "queue", "state_badge", "priority", "attempts",
+                           "tags", "dead_letter")}),
+        ("Times", {"fields": TIMES}),
+        ("Payload", {"fields": ("args_json", "meta_json", "result_json")}),
+        ("Errors", {"fields": ("error_history",)}),
+        ("Events", {"fields": ("events_timeline",)}),
+        ("Worker", {"fields": ("worker_link", "heartbeat_at", "visible_until", "timeout_at")}),
+        ("Policy", {"classes": ("collapse",),
+                    "fields": ("retry_json", "unique_json", "timeouts", "extra_json")}),
+    )  # fmt: skip
+
+    class Media:
+        css = {"all": ("ojs/admin.css",)}
+
+    # Jobs are machine-owned: nothing is added, edited or deleted by hand.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("ojs.cancel_job")
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("ojs.retry_job")
+
+    def has_discard_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("ojs.discard_job")
+
+    def has_run_now_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("ojs.run_job_now")
+
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("ojs.purge_job")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Only the timestamps a job has: a waiting job has no started or finished time.
+        return [
+            (name, {**options, "fields": [f for f in options["fields"] if f not in TIMES
+                                          or (obj is not None and getattr(obj, f) is not None)]})
+            for name, options in self.fieldsets
+        ]  # fmt: skip
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [name for _, options in self.fieldsets for name in options["fields"]]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(pk=uuid.UUID(term)), False
+        except ValueError:
+            return queryset.filter(type__icontains=term), False
+
+    # -- columns ---------------------------------------------------------------------------
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, obj: Job) -> SafeString:
+        return display.state_badge(obj.state)
+
+    @admin.display(description="attempt")
+    def attempts(self, obj: Job) -> str:
+        return f"{obj.attempt} / {obj.max_attempts}"
+
+    @admin.display(description="scheduled", ordering="scheduled_at")
+    def scheduled(self, obj: Job) -> SafeString | str:
+        return display.compact_time(obj.scheduled_at)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Job) -> SafeString | str:
+        return display.compact_time(obj.started_at)
+
+    @admin.display(description="finished", ordering="completed_at")
+    def finished_at(self, obj: Job) -> SafeString | str:
+        return display.compact_time(obj.completed_at or obj.cancelled_at)
+
+    @admin.display(description="last error")
+    def last_error_type(self, obj: Job) -> str:
+        return display.error_type(obj.error)
+
+    # -- detail page -----------------------------------------------------------------------
+
+    @admin.display(description="args")
+    def args_json(self, obj: Job) -> SafeString:
+        return display.pretty_json(obj.args)
+
+    @admin.display(description="meta")
+    def meta_json(self, obj: Job) -> SafeString:
+        return display.pretty_json(obj.meta)
+
+    @admin.display(description="result")
+    def result_json(self, obj: Job) -> SafeString:
+        return display.pretty_json(obj.result)
+
+    @admin.display(description="retry policy")
+    def retry_json(self, obj: Job) -> SafeString:
+        return display.pretty_json(obj.retry)
+
+    @admin.display(description="unique")
+    def unique_json(self, obj: Job) -> SafeString:
+        return display.pretty_json(obj.unique)
+
+    @admin.display(description="unknown attributes")
+    def extra_json(self, obj: Job) -> SafeString:
+        return display.pretty_json(obj.extra)
+
+    @admin.display(description="timeouts (ms)")
+    def timeouts(self, obj: Job) -> SafeString:
+        names = ("timeout_ms", "visibility_timeout_ms", "total_timeout_ms", "enqueue_ttl_ms",
+                 "grace_period_ms", "heartbeat_timeout_ms")  # fmt: skip
+        return display.pretty_json({name: getattr(obj, name) for name in names})
+
+    @admin.display(description="error history")
+    def error_history(self, obj: Job) -> SafeString:
+        errors = [e for e in (obj.errors or []) if isinstance(e, dict)]
+        return render_to_string(
+            "admin/ojs/job/error_history.html",
+            {"errors": list(reversed(errors)), "current": obj.error},
+        )
+
+    @admin.display(description="timeline")
+    def events_timeline(self, obj: Job) -> SafeString:
+        rows = Event.objects.filter(job_id=obj.pk)
+        heartbeats = rows.filter(type="job.heartbeat")
+        listed = list(rows.exclude(type="job.heartbeat").order_by("-seq")[:TIMELINE_LIMIT])
+        return render_to_string(
+            "admin/ojs/job/events.html",
+            {
+                "events": list(reversed(listed)),
+                "truncated": len(listed) == TIMELINE_LIMIT,
+                "heartbeats": heartbeats.count(),
+                "last_heartbeat": heartbeats.order_by("-seq").values_list("time", flat=True)
+                .first(),
+                "store_events": settings.STORE_EVENTS,
+            },
+        )  # fmt: skip
+
+    @admin.display(description="worker")
+    def worker_link(self, obj: Job) -> SafeString | str:
+        if not obj.worker_id:
+            return "—"
+        if Worker.objects.filter(pk=obj.worker_id).exists():
+            try:
+                url = reverse("admin:ojs_worker_change", args=[quote(obj.worker_id)])
+            except NoReverseMatch:
+                return obj.worker_id
+            return format_html('<a href="{}">{}</a>', url, obj.worker_id)
+        return format_html("{} <em>(no longer registered)</em>", obj.worker_id)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        try:
+            dashboard = reverse(f"{self.admin_site.name}:ojs_dashboard_changelist")
+        except NoReverseMatch:  # the dashboard is not registered on this admin site
+            dashboard = ""
+        return super().changelist_view(
+            request, {"ojs_dashboard_url": dashboard, **(extra_context or {})}
+        )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        obj = self.get_object(request, object_id)
+        extra_context = {**(extra_context or {}), "ojs_actions": self.object_actions(request, obj)}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def object_actions(self, request: HttpRequest, obj: Job | None) -> list[tuple[str, str, bool]]:
+        """``(action, button label, danger)`` for the detail page buttons that apply."""
+        if obj is None:
+            return []
+        allowed = self.get_actions(request)
+        return [
+            (name, ACTIONS[name].button, ACTIONS[name].danger)
+            for name in self.actions
+            if name in allowed and obj.state in ACTIONS[name].applies_to
+        ]
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def run_action(self, request: HttpRequest, queryset: QuerySet[Job], name: str) -> Any:
+        """Confirm, then make one lifecycle call per selected job and report the outcome."""
+        action = ACTIONS[name]
+        rows = list(queryset.values_list("pk", "type", "queue", "state"))
+        if not bulk.is_confirmed(request):
+            return bulk.confirmation(
+                request,
+                self,
+                action=name,
+                title=action.title,
+                question=action.question,
+                headers=("job", "type", "queue", "state"),
+                rows=[
+                    bulk.ConfirmRow(
+                        str(pk),
+                        (pk, type_, queue, display.state_badge(state)),
+                        ""
+                        if state in action.applies_to
+                        else f"will be skipped: {bulk.state_reason(state)}",
+                    )
+                    for pk, type_, queue, state in rows
+                ],
+                submit_label=f"Yes, {action.button.lower()} {len(rows)} "
+                + ("job" if len(rows) == 1 else "jobs"),
+                danger=action.danger,
+            )
+        outcome = bulk.apply(
+            ((str(pk), pk) for pk, *_ in rows),
+            lambda pk: action.run(request, pk),
+            gone=bulk.gone(request, (str(pk) for pk, *_ in rows)),
+        )
+        self.message_user(request, outcome.message(action.past), outcome.level)
+        return None
+
+    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+        return self.run_action(request, queryset, "cancel_jobs")
+
+    @admin.action(description="Retry selected dead-lettered jobs", permissions=["retry"])
+    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+        return self.run_action(request, queryset, "retry_jobs")
+
+    @admin.action(description="Discard selected jobs", permissions=["discard"])
+    def discard_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+        return self.run_action(request, queryset, "discard_jobs")
+
+    @admin.action(description="Run selected jobs now", permissions=["run_now"])
+    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+        return self.run_action(request, queryset, "run_jobs_now")
+
+    @admin.action(description="Purge selected finished jobs", permissions=["purge"])
+    def purge_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+        return self.run_action(request, queryset, "purge_jobs")
