@@ -1,0 +1,134 @@
+"""API keys of the HTTP API: list, create (the key is shown once) and revoke.
+
+Keys are created and revoked by ``django_ojs.apikeys`` (the only writer of ``ApiKey``
+rows); this admin never edits or deletes a key. Revoking needs ``ojs.change_apikey``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from django_ojs import apikeys
+from django_ojs.admin import bulk
+from django_ojs.models import ApiKey
+
+
+class ActiveFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("active", "Active"), ("revoked", "Revoked")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
+        if self.value() == "active":
+            return queryset.filter(revoked_at__isnull=True)
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return queryset
+
+
+def _revoke(pk: Any) -> str | None:
+    key = ApiKey.objects.filter(pk=pk).first()
+    if key is None:
+        return "no longer exists"
+    if not key.is_active:
+        return "already revoked"
+    apikeys.revoke(key)
+    return None
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ("name", "key_id", "scope", "status", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("scope", ActiveFilter)
+    search_fields = ("name", "prefix")
+    actions = ("revoke_keys",)
+    readonly_fields = ("key_id", "status", "created_at", "last_used_at", "revoked_at")
+
+    class Media:
+        css = {"all": ("ojs/admin.css",)}
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return ["name", "scope"]
+        return ["name", "key_id", "scope", "status", "created_at", "last_used_at", "revoked_at"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("ojs.change_apikey")
+
+    @admin.display(description="key id")
+    def key_id(self, obj: ApiKey) -> str:
+        return f"{apikeys.KEY_PREFIX}{obj.prefix}_…" if obj.prefix else "—"
+
+    @admin.display(description="status", boolean=False)
+    def status(self, obj: ApiKey) -> str:
+        return "active" if obj.is_active else "revoked"
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        # The add form only collects name and scope; apikeys.create makes the key.
+        key, raw = apikeys.create(obj.name, obj.scope)
+        obj.pk, obj.prefix, obj.created_at = key.pk, key.prefix, key.created_at
+        obj._state.adding = False
+        obj._state.db = key._state.db
+        request._ojs_new_key = raw  # type: ignore[attr-defined]
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        """Show the new key once, on this response only: it is never stored or shown again."""
+        opts = self.model._meta
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "API key created",
+            "subtitle": None,
+            "opts": opts,
+            "app_label": opts.app_label,
+            "key": obj,
+            "raw_key": getattr(request, "_ojs_new_key", ""),
+        }
+        request.current_app = self.admin_site.name
+        response = TemplateResponse(request, "admin/ojs/apikey/created.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Revoke selected API keys", permissions=["revoke"])
+    def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> Any:
+        keys = list(queryset.values_list("pk", "name", "prefix", "scope", "revoked_at"))
+        if not bulk.is_confirmed(request):
+            return bulk.confirmation(
+                request,
+                self,
+                action="revoke_keys",
+                title="Revoke API keys",
+                question="Revoke these API keys? Clients using them are refused at once.",
+                headers=("name", "key id", "scope"),
+                rows=[
+                    bulk.ConfirmRow(
+                        str(pk),
+                        (name, f"{apikeys.KEY_PREFIX}{prefix}_…", scope),
+                        "will be skipped: already revoked" if revoked else "",
+                    )
+                    for pk, name, prefix, scope, revoked in keys
+                ],
+                submit_label=f"Yes, revoke {len(keys)} " + ("key" if len(keys) == 1 else "keys"),
+                danger=True,
+            )
+        outcome = bulk.apply(
+            ((name, pk) for pk, name, *_ in keys),
+            _revoke,
+            gone=bulk.gone(request, (str(pk) for pk, *_ in keys)),
+        )
+        self.message_user(request, outcome.message("revoked"), outcome.level)
+        return None
