@@ -15,7 +15,7 @@ VENV_DJ6 ?= .venv-django6
 DEMO_PORT ?= 8000
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-sqlite test-postgres test-django6 lint check-migrations bench db-up clean
+.PHONY: help demo test test-sqlite test-postgres test-django6 browser-deps lint check-migrations bench db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -42,10 +42,22 @@ check-migrations: $(VENV)/.installed ## Fail when models and migrations differ; 
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) manage.py check
 
-test-sqlite: $(VENV)/.installed ## Run the whole suite on SQLite
+browser-deps: ## Install chromium + chromedriver for the admin browser test when missing (apt-get; root or sudo)
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; else SUDO=none; fi; \
+	if [ "$$SUDO" != none ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "== Installing chromium and chromium-driver (apt-get) for the admin browser test"; \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver && exit 0; \
+	fi; \
+	if [ "$$CI" = "true" ]; then \
+		echo "ERROR: chromium/chromedriver are missing and could not be installed; CI=true needs the browser test." >&2; exit 1; \
+	fi; \
+	echo "WARNING: chromium/chromedriver are missing: the admin browser test will be skipped (CI=true makes this an error)." >&2
+
+test-sqlite: $(VENV)/.installed browser-deps ## Run the whole suite on SQLite
 	DATABASE_URL=$(SQLITE_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
-test-postgres: $(VENV)/.installed ## Run the whole suite on PostgreSQL (fails when CI=true and it is unreachable)
+test-postgres: $(VENV)/.installed browser-deps ## Run the whole suite on PostgreSQL (fails when CI=true and it is unreachable)
 	@if $(PY) -c "import psycopg; psycopg.connect(host='$(PG_HOST)', port=$(PG_PORT), user='$(PG_USER)', dbname='postgres', connect_timeout=5).close()" 2>/dev/null; then \
 		echo "== PostgreSQL suite ($(PG_HOST):$(PG_PORT))"; \
 		DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS); \
@@ -67,7 +79,7 @@ test-django6: ## Run the suite on Django 6.x (needs Python 3.12+; skipped with a
 	echo "== Django $$($(VENV_DJ6)/bin/python -c 'import django; print(django.get_version())') suite on SQLite"; \
 	DATABASE_URL=sqlite:////tmp/django-ojs-dj6-$$(id -u).sqlite3 $(VENV_DJ6)/bin/python -m pytest $(PYTEST_ARGS)
 
-test: lint check-migrations test-sqlite test-postgres test-django6 ## Everything CI runs: lint, migrations check, SQLite, PostgreSQL, Django 6.x
+test: lint check-migrations browser-deps test-sqlite test-postgres test-django6 ## Everything CI runs: lint, migrations check, SQLite, PostgreSQL, Django 6.x
 
 bench: $(VENV)/.installed ## Run the benchmarks on PostgreSQL (by hand; see docs/explanation/performance.md)
 	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench $(PY) bench/enqueue.py

@@ -1,0 +1,243 @@
+"""The operator console in a real browser: headless Chromium driven by Selenium.
+
+Logs in, opens the dead letter, retries a job, cancels a job, quiets a worker, and checks
+each result in the page and in the database. With ``OJS_SCREENSHOTS_DIR`` set, it saves the
+screenshots used by ``docs/how-to/operate-from-the-admin.md``.
+
+Needs the Debian packages ``chromium`` and ``chromium-driver`` (``make browser-deps``).
+Without them the test fails when ``CI=true`` and is skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+
+from django_ojs import lifecycle
+from django_ojs.models import Job, Worker
+from tests.factories import JobFactory, WorkerFactory
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1440,900",
+    "--force-device-scale-factor=1",
+    "--hide-scrollbars",
+)
+
+
+def _binaries() -> tuple[str | None, str | None]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    return chromium, shutil.which("chromedriver")
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    chromium, driver_path = _binaries()
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing = "selenium is needed (it is in the 'test' dependency group)"
+    else:
+        missing = (
+            ""
+            if chromium and driver_path
+            else ("chromium and chromedriver are needed (make browser-deps installs them)")
+        )
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true: {missing}")
+        pytest.skip(missing)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    with tempfile.TemporaryDirectory(prefix="ojs-chromium-") as profile:
+        options.add_argument(f"--user-data-dir={profile}")
+        driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+        driver.implicitly_wait(5)
+        try:
+            yield driver
+        finally:
+            driver.quit()
+
+
+class Console:
+    """The admin as an operator sees it: visit pages, pick actions, confirm, read messages."""
+
+    def __init__(self, driver, base_url: str):
+        self.driver = driver
+        self.base = base_url
+        shots = os.environ.get("OJS_SCREENSHOTS_DIR")
+        self.shots = Path(shots) if shots else None
+        if self.shots:
+            self.shots.mkdir(parents=True, exist_ok=True)
+
+    def find(self, css: str):
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_element(By.CSS_SELECTOR, css)
+
+    def open(self, path: str) -> None:
+        self.driver.get(self.base + path)
+
+    def navigate(self, element) -> None:
+        """Click ``element`` and wait until the next page has replaced this one."""
+        from selenium.webdriver.support import expected_conditions
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        page = self.find("html")
+        element.click()
+        WebDriverWait(self.driver, 10).until(expected_conditions.staleness_of(page))
+
+    def click_link(self, text: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.navigate(self.driver.find_element(By.LINK_TEXT, text))
+
+    def choose_action(self, action: str, keys: list[str]) -> None:
+        from selenium.webdriver.support.ui import Select
+
+        for key in keys:
+            self.find(f'input.action-select[value="{key}"]').click()
+        Select(self.find('select[name="action"]')).select_by_value(action)
+        self.navigate(self.find('button[name="index"]'))
+
+    def confirm(self) -> None:
+        assert "ojs-confirmation" in self.find("body").get_attribute("class")
+        self.navigate(self.find('.ojs-confirm-buttons input[type="submit"]'))
+
+    def messages(self) -> list[str]:
+        from selenium.webdriver.common.by import By
+
+        return [li.text for li in self.driver.find_elements(By.CSS_SELECTOR, ".messagelist li")]
+
+    def screenshot(self, name: str, width: int = 1440) -> None:
+        if not self.shots:
+            return
+        height = self.driver.execute_script("return document.documentElement.scrollHeight")
+        self.driver.set_window_size(width, min(max(height, 400), 2600))
+        self.driver.save_screenshot(str(self.shots / f"{name}.png"))
+        self.driver.set_window_size(1440, 900)
+
+
+def _history() -> None:
+    """Some finished work, so the dashboard charts have something to draw."""
+    for i in range(6):
+        job = lifecycle.enqueue("email.send", [f"user{i}@example.com"], queue="email")
+        lifecycle.fetch(["email"], worker_id="worker-web-1")
+        if i % 3:
+            lifecycle.ack(job.pk, {"sent": True}, worker_id="worker-web-1")
+        else:
+            error = {
+                "type": "SMTPError",
+                "message": "421 4.7.0 Try again later",
+                "backtrace": [
+                    'File "shop/handlers.py", line 41, in send_email',
+                    "    smtp.sendmail(sender, [address], body)",
+                    'File "/usr/lib/python3.11/smtplib.py", line 902, in sendmail',
+                    "    raise SMTPDataError(code, resp)",
+                    "smtplib.SMTPDataError: (421, b'4.7.0 Try again later')",
+                ],
+            }
+            lifecycle.fail(job.pk, error, worker_id="worker-web-1")
+    lifecycle.enqueue("report.build", [{"month": "2026-10"}], queue="reports")
+
+
+def test_operator_console_in_a_browser(browser, live_server):
+    User.objects.create_superuser("admin", "admin@example.com", "admin-pw")
+    WorkerFactory(id="worker-web-1", hostname="web-1", pid=4242, queues=["email", "reports"])
+    _history()
+    dead = JobFactory(
+        discarded=True,
+        type="invoice.render",
+        queue="billing",
+        args=[{"invoice": 1042}],
+        error={
+            "type": "TemplateError",
+            "code": "handler_error",
+            "message": "missing template 'invoice.html'",
+            "attempt": 3,
+            "backtrace": [
+                "File 'billing/handlers.py', line 12, in render",
+                "TemplateError: missing template 'invoice.html'",
+            ],
+        },
+        errors=[],
+    )
+    waiting = lifecycle.enqueue("report.build", [{"month": "2026-11"}], queue="reports")
+    ui = Console(browser, live_server.url)
+
+    # Log in.
+    ui.open("/admin/")
+    ui.find("#id_username").send_keys("admin")
+    ui.find("#id_password").send_keys("admin-pw")
+    ui.navigate(ui.find('input[type="submit"]'))
+    assert "Dead letter" in ui.find("#content-main").text
+    ui.screenshot("admin-index")
+
+    # Dashboard.
+    ui.click_link("Dashboard")
+    ui.find("#toggle-nav-sidebar").click()  # more room for the tables (remembered by the browser)
+    assert ui.find("#ojs-per-minute-chart").is_displayed()
+    assert "email" in ui.find("#ojs-state-table").text
+    ui.screenshot("dashboard")
+
+    # The dead letter: retry the job.
+    ui.open("/admin/")
+    ui.click_link("Dead letter")
+    assert "missing template" in ui.find("#result_list").text
+    ui.screenshot("dead-letter")
+    ui.choose_action("retry_jobs", [str(dead.pk)])
+    ui.screenshot("confirm-retry")
+    ui.confirm()
+    assert ui.messages() == ["1 retried"]
+    assert Job.objects.get(pk=dead.pk).state == "available"
+
+    # A job's page: cancel it from its own button.
+    ui.open(f"/admin/ojs/job/{waiting.pk}/change/")
+    assert "report.build" in ui.find("#content-main").text
+    ui.navigate(ui.find('form.ojs-object-action button[type="submit"]'))  # Cancel comes first
+    ui.confirm()
+    assert ui.messages() == ["1 cancelled"]
+    assert Job.objects.get(pk=waiting.pk).state == "cancelled"
+    ui.screenshot("jobs-after-cancel")
+
+    # A failed job's page: payload, error history with backtrace, timeline.
+    failed = Job.objects.filter(queue="email", state="retryable").first()
+    ui.open(f"/admin/ojs/job/{failed.pk}/change/")
+    assert "SMTPError" in ui.find("#content-main").text
+    ui.screenshot("job-detail")
+
+    # Workers: quiet one; the directive goes out in the next heartbeat reply.
+    ui.open("/admin/ojs/worker/")
+    ui.choose_action("quiet_workers", ["worker-web-1"])
+    ui.confirm()
+    assert ui.messages() == ["1 asked to go quiet (delivered in their next heartbeat reply)"]
+    assert Worker.objects.get(pk="worker-web-1").directive == "quiet"
+    assert lifecycle.beat("worker-web-1").state == "quiet"
+    ui.open("/admin/ojs/worker/")
+    ui.screenshot("workers")
+
+    # Queues: counts by state, pause.
+    ui.open("/admin/ojs/queue/")
+    ui.choose_action("pause_queues", ["reports"])
+    ui.confirm()
+    assert ui.messages() == ["1 paused"]
+    ui.screenshot("queues")
