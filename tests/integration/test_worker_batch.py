@@ -1,0 +1,166 @@
+"""Batched outcomes (``lifecycle.ack_many`` / ``fail_many``) as the worker writes them.
+
+On PostgreSQL ``ack_many`` is one statement; with an ``event_emitted`` listener it takes
+the ORM path, so both paths are checked against each other.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+import django_ojs
+from django_ojs import lifecycle, signals
+from django_ojs.exceptions import ValidationError
+from django_ojs.models import Event, Job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(params=["fast", "orm"])
+def path(request):
+    """Run a test through the driver's one-statement path and through the ORM path."""
+    if request.param == "fast":
+        yield request.param
+        return
+    received = []
+
+    def listener(sender, event, **kwargs):
+        received.append(event)
+
+    signals.event_emitted.connect(listener)
+    try:
+        yield request.param
+    finally:
+        signals.event_emitted.disconnect(listener)
+
+
+def claim(n, worker="w1", **options):
+    for i in range(n):
+        django_ojs.enqueue("batch.job", [i], **options)
+    return lifecycle.fetch(["default"], n, worker_id=worker)
+
+
+def test_ack_many__completes_owned_attempts_with_results_and_events(path):
+    jobs = claim(3, meta={"trace_id": "abc"})
+    with CaptureQueriesContext(connection) as queries:
+        done = lifecycle.ack_many(
+            [(jobs[0].id, 1, {"ok": True}), (str(jobs[1].id), 1, None), (jobs[2].id, 1, [1, "x"])],
+            worker_id="w1",
+        )
+    if connection.vendor == "postgresql" and path == "fast":
+        assert len(queries) == 1  # one statement, in autocommit
+    assert sorted(done) == sorted(j.id for j in jobs)
+    stored = {j.id: j for j in Job.objects.all()}
+    assert stored[jobs[0].id].result == {"ok": True}
+    assert stored[jobs[1].id].result is None
+    assert stored[jobs[2].id].result == [1, "x"]
+    for j in stored.values():
+        assert j.state == "completed" and j.completed_at is not None and j.error is None
+        assert j.visible_until is None and j.timeout_at is None and j.stalled_at is None
+    events = {e.job_id: e for e in Event.objects.filter(type="job.completed")}
+    assert len(events) == 3
+    data = events[jobs[0].id].data
+    assert data["job_id"] == str(jobs[0].id) and data["job_type"] == "batch.job"
+    assert data["queue"] == "default" and data["state"] == "completed"
+    assert data["attempt"] == 1 and data["trace_id"] == "abc"
+    assert data["result"] == {"ok": True} and isinstance(data["duration_ms"], int)
+    assert "result" not in events[jobs[1].id].data  # None results are left out, as ack does
+    assert events[jobs[0].id].subject == str(jobs[0].id)
+
+
+def test_ack_many__skips_attempts_that_are_no_longer_this_workers(path):
+    mine, cancelled, other_attempt = claim(3)
+    theirs = claim(1, worker="w2")[0]
+    lifecycle.cancel(cancelled.id)
+    done = lifecycle.ack_many(
+        [
+            (mine.id, 1, "a"),
+            (cancelled.id, 1, "b"),  # cancelled meanwhile
+            (other_attempt.id, 2, "c"),  # a later attempt than the one reported
+            (theirs.id, 1, "d"),  # reserved by another worker (worker protocol §5.6)
+        ],
+        worker_id="w1",
+    )
+    assert done == [mine.id]
+    assert Job.objects.get(pk=cancelled.id).state == "cancelled"
+    assert Job.objects.get(pk=other_attempt.id).state == "active"
+    assert Job.objects.get(pk=theirs.id).state == "active"
+    assert Event.objects.filter(type="job.completed").count() == 1
+
+
+def test_ack_many__refuses_non_json_results_before_writing():
+    (j,) = claim(1)
+    with pytest.raises(ValidationError):
+        lifecycle.ack_many([(j.id, 1, object())], worker_id="w1")
+    assert Job.objects.get(pk=j.id).state == "active"
+
+
+def test_ack_many__needs_a_worker_and_accepts_nothing():
+    with pytest.raises(ValueError):
+        lifecycle.ack_many([], worker_id="")
+    assert lifecycle.ack_many([], worker_id="w1") == []
+
+
+def test_ack_many__splits_large_batches(monkeypatch):
+    from django_ojs.lifecycle import batch
+
+    monkeypatch.setattr(batch, "MAX_BATCH", 2)
+    jobs = claim(5)
+    done = lifecycle.ack_many([(j.id, 1, None) for j in jobs], worker_id="w1")
+    assert len(done) == 5 and Job.objects.filter(state="completed").count() == 5
+
+
+def test_ack_many__without_stored_events(settings, path):
+    settings.OJS_STORE_EVENTS = False
+    (j,) = claim(1)
+    assert lifecycle.ack_many([(j.id, 1, 1)], worker_id="w1") == [j.id]
+    assert Job.objects.get(pk=j.id).state == "completed"
+    assert not Event.objects.exists()
+
+
+def test_fail_many__applies_the_retry_policy_and_timeout_events():
+    timed_out, requeued, last, theirs = claim(4, retry={"max_attempts": 2})
+    stale = claim(1)[0]
+    Job.objects.filter(pk=last.id).update(max_attempts=1, retry=None)
+    done = lifecycle.fail_many(
+        [
+            (timed_out.id, 1, {"type": "timeout", "code": "timeout", "message": "t",
+                               "timeout_kind": "execution", "limit_seconds": 1}, False),
+            (requeued.id, 1, {"type": "shutdown", "message": "bye", "retryable": True}, True),
+            (last.id, 1, "plain message", False),
+            (stale.id, 2, "wrong attempt", False),
+        ],
+        worker_id="w1",
+    )  # fmt: skip
+    assert sorted(done) == sorted([timed_out.id, requeued.id, last.id])
+    t = Job.objects.get(pk=timed_out.id)
+    assert t.state == "retryable" and t.error["timeout_kind"] == "execution"
+    assert Event.objects.filter(job_id=t.id, type="job.timeout").exists()
+    r = Job.objects.get(pk=requeued.id)
+    assert r.state == "available" and r.error["type"] == "shutdown"
+    lst = Job.objects.get(pk=last.id)
+    assert lst.state == "discarded" and lst.error["message"] == "plain message"
+    assert Job.objects.get(pk=stale.id).state == "active"
+    assert Job.objects.get(pk=theirs.id).state == "active"
+    assert lifecycle.fail_many([(theirs.id, 1, "x", False)], worker_id="w2") == []
+
+
+def test_fail_many__an_unusable_error_report_is_still_recorded():
+    (j,) = claim(1, retry={"max_attempts": 1})
+    lifecycle.fail_many([(j.id, 1, {"message": 5}, False)], worker_id="w1")
+    stored = Job.objects.get(pk=j.id)
+    assert stored.state == "discarded" and stored.error["type"] == "invalid_error"
+
+
+def test_report_progress__emits_an_event_for_active_jobs_only():
+    (j,) = claim(1)
+    assert lifecycle.report_progress(j.id, 0.25, message="a quarter", worker_id="w1")
+    event = Event.objects.get(type="job.progress")
+    assert event.data["progress"] == 0.25 and event.data["progress_percent"] == 25.0
+    assert event.data["progress_message"] == "a quarter" and event.data["worker_id"] == "w1"
+    with pytest.raises(ValidationError):
+        lifecycle.report_progress(j.id, 2)
+    lifecycle.ack(j.id)
+    assert lifecycle.report_progress(j.id, 0.5) is False
