@@ -1,0 +1,141 @@
+"""The reaper loop: leadership, scheduling of passes and pruning, resilience, commands.
+
+What each pass does to jobs is tested with the lifecycle maintenance operations; the
+timeouts end to end (real worker processes) are in ``tests/acceptance``.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connections, transaction
+from django.utils import timezone
+
+from django_ojs import lifecycle, reaper
+from django_ojs.drivers import get_driver
+from django_ojs.models import Job
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def ago(seconds: float):
+    return timezone.now() - timedelta(seconds=seconds)
+
+
+def run_in_thread(**options):
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=lambda: reaper.run(stop=stop, **options) or connections.close_all(), daemon=True
+    )
+    thread.start()
+    return stop, thread
+
+
+@pytest.mark.postgresql
+def test_reaper__one_leader_at_a_time_on_postgresql():
+    due = JobFactory(scheduled=True, scheduled_at=ago(1))
+    holding = threading.Event()
+    release = threading.Event()
+
+    def other_reaper() -> None:
+        try:
+            with transaction.atomic():
+                assert get_driver("default").try_lock(reaper.LOCK_NAME)
+                holding.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=other_reaper)
+    thread.start()
+    assert holding.wait(10)
+    try:
+        result = reaper.run_once()
+        assert not result.leader and result.moved == 0
+        assert Job.objects.get(pk=due.pk).state == "scheduled"
+    finally:
+        release.set()
+        thread.join(10)
+    result = reaper.run_once()
+    assert result.leader and result.promoted == 1
+
+
+def test_reaper__loop_promotes_and_prunes_on_its_schedule(settings, wait_until):
+    settings.OJS_RETENTION = {"completed": 3600}
+    old = JobFactory(state="completed", completed_at=ago(7200))
+    recent = JobFactory(state="completed", completed_at=ago(60))
+    due = JobFactory(scheduled=True, scheduled_at=ago(1))
+    stop, thread = run_in_thread(interval=0.05, prune_interval=0.2)
+    try:
+        wait_until(lambda: Job.objects.get(pk=due.pk).state == "available")
+        wait_until(lambda: not Job.objects.filter(pk=old.pk).exists())
+        assert Job.objects.filter(pk=recent.pk).exists()
+        later = JobFactory(scheduled=True, scheduled_at=ago(0))
+        wait_until(lambda: Job.objects.get(pk=later.pk).state == "available")
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_reaper__a_failing_pass_is_logged_and_the_loop_goes_on(monkeypatch, wait_until, caplog):
+    calls = {"n": 0}
+    real = lifecycle.promote_due
+
+    def flaky(**kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("database went away")
+        return real(**kwargs)
+
+    monkeypatch.setattr(lifecycle, "promote_due", flaky)
+    due = JobFactory(scheduled=True, scheduled_at=ago(1))
+    stop, thread = run_in_thread(interval=0.05, prune_interval=60)
+    try:
+        wait_until(lambda: Job.objects.get(pk=due.pk).state == "available")
+    finally:
+        stop.set()
+        thread.join(10)
+    assert calls["n"] >= 2
+    assert "reaper pass failed" in caplog.text
+
+
+def test_ojs_reaper_command__once_runs_one_pass_with_pruning():
+    due = JobFactory(scheduled=True, scheduled_at=ago(1))
+    out = StringIO()
+    call_command("ojs_reaper", "--once", stdout=out)
+    assert Job.objects.get(pk=due.pk).state == "available"
+    assert "promoted=1" in out.getvalue() and "pruned=" in out.getvalue()
+
+
+def test_worker__runs_the_reaper_unless_told_not_to(wait_until, settings):
+    from django_ojs.worker import Worker
+
+    settings.OJS_REAPER_INTERVAL = 0.05
+    due = JobFactory(scheduled=True, scheduled_at=ago(1), type="nobody.handles")
+
+    def run(worker):
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        return thread
+
+    quiet = Worker(queues=["elsewhere"], run_reaper=False, poll_interval=0.05)
+    thread = run(quiet)
+    try:
+        wait_until(lambda: quiet.listener is not None)
+        assert not any(t.name == "ojs-reaper" for t in threading.enumerate())
+        reaping = Worker(queues=["elsewhere"], poll_interval=0.05)
+        other = run(reaping)
+        try:
+            wait_until(lambda: Job.objects.get(pk=due.pk).state == "available")
+        finally:
+            reaping.terminate()
+            other.join(10)
+    finally:
+        quiet.terminate()
+        thread.join(10)
