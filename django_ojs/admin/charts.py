@@ -94,6 +94,8 @@ class Bar:
     y: float
     segments: list[Segment] = field(default_factory=list)
     total: int = 0
+    end_x: float = 0.0  # where the bar ends: its total is written just after
+    middle_y: float = 0.0  # the vertical centre, for the labels
 
 
 @dataclass
@@ -104,7 +106,6 @@ class BarChart:
     bar_height: int
     label_width: int
     top_value: int
-    axis_x: float
 
 
 def bar_chart(
@@ -127,7 +128,8 @@ def bar_chart(
             bar.segments.append(Segment(name, round(offset, 1), w, value))
             offset += w
         bar.total = sum(values.values())
+        bar.end_x = round(offset, 1)
+        bar.middle_y = bar.y + bar_height / 2
         bars.append(bar)
     height = TOP + max(len(rows), 1) * (bar_height + gap) + 4
-    return BarChart(width, height, bars, bar_height, label_width, top_value,
-                    axis_x=label_width + plot_w)  # fmt: skip
+    return BarChart(width, height, bars, bar_height, label_width, top_value)

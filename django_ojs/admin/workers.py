@@ -67,7 +67,8 @@ DIRECTIVES: dict[str, tuple[str, str, str, str, str]] = {
     "terminate_workers": (
         "terminate",
         "Terminate workers",
-        "Terminate these workers? They stop after their grace period; unfinished jobs are retried.",
+        "Terminate these workers? They shut down gracefully, as on SIGTERM: they fetch "
+        "nothing new and exit once their running jobs are done.",
         "asked to terminate",
         "terminate",
     ),

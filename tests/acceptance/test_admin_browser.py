@@ -131,8 +131,15 @@ class Console:
     def screenshot(self, name: str, width: int = 1440) -> None:
         if not self.shots:
             return
-        height = self.driver.execute_script("return document.documentElement.scrollHeight")
-        self.driver.set_window_size(width, min(max(height, 400), 2600))
+        height = self.driver.execute_script(
+            "return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)"
+        )
+        height = min(max(height, 400), 2600)
+        self.driver.set_window_size(width, height)
+        # The window size includes the browser frame: grow it until the page fits.
+        inner = self.driver.execute_script("return window.innerHeight")
+        if inner < height:
+            self.driver.set_window_size(width, 2 * height - inner)
         self.driver.save_screenshot(str(self.shots / f"{name}.png"))
         self.driver.set_window_size(1440, 900)
 

@@ -170,4 +170,5 @@ def test_charts__bar_geometry():
     mail = chart.bars[0]
     assert chart.top_value == 5
     assert [(s.x, s.width) for s in mail.segments] == [(100.0, 84.0), (184.0, 28.0)]
-    assert mail.total == 4 and chart.bars[1].y > mail.y
+    assert mail.total == 4 and mail.end_x == 212.0 and mail.middle_y == mail.y + 9
+    assert chart.bars[1].y > mail.y
