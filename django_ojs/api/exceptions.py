@@ -135,6 +135,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         status, fields = 403, {"code": "permission_denied", "message": str(exc) or "Forbidden."}
     elif isinstance(exc, drf.APIException):
         status, fields = _from_drf(exc, context)
+        auth_header = getattr(exc, "auth_header", None)  # set by APIView for 401s
+        if auth_header:
+            headers["WWW-Authenticate"] = auth_header
         if isinstance(exc, drf.MethodNotAllowed):
             headers["Allow"] = ", ".join(fields["details"]["allowed_methods"])
         if isinstance(exc, drf.Throttled) and exc.wait is not None:

@@ -11,14 +11,19 @@ from django_ojs import envelope, queues
 from django_ojs.api import pagination, serializers
 from django_ojs.api.permissions import ADMIN, PRODUCER
 from django_ojs.api.views.base import OJSView
+from django_ojs.conf import settings
 from django_ojs.exceptions import NotFound
+from django_ojs.models import Job
 
 
 def _known(name: str) -> queues.QueueInfo:
+    """The queue's info if it exists: a ``Queue`` row, ``default``, or jobs that name it."""
     envelope.validate_queue(name)
     for info in queues.list_queues():
         if info.name == name:
             return info
+    if Job.objects.using(settings.DATABASE).filter(queue=name).exists():
+        return queues.QueueInfo(name)
     raise NotFound(
         f"Queue '{name}' not found.", details={"resource_type": "queue", "resource_id": name}
     )

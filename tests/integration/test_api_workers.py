@@ -1,0 +1,330 @@
+"""Worker endpoints (HB §10): fetch, ack, nack, heartbeat and operator directives."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_ojs import lifecycle
+from django_ojs.models import Job, Worker
+from tests.factories import JobFactory, WorkerFactory
+from tests.integration.api_support import assert_ojs_error, client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(db):
+    return client("admin")
+
+
+def past(seconds: float = 1):
+    return timezone.now() - timedelta(seconds=seconds)
+
+
+# --------------------------------------------------------------------------- fetch
+
+
+def test_fetch__claims_in_queue_order_and_marks_active(api):
+    low = api.enqueue("a.b", ["low"], queue="low")
+    high = api.enqueue("a.b", ["high"], queue="high")
+    response = api.post("/workers/fetch", {"queues": ["high", "low"], "worker_id": "w1"})
+    jobs = response.body["jobs"]
+    assert [j["id"] for j in jobs] == [high["id"]]
+    assert response.body["job"]["id"] == high["id"]
+    assert (jobs[0]["state"], jobs[0]["attempt"], jobs[0]["worker_id"]) == ("active", 1, "w1")
+    assert jobs[0]["started_at"]
+    assert api.fetch("low", worker_id="w1")[0]["id"] == low["id"]
+
+
+def test_fetch__empty_queue_is_200_with_an_empty_list(api):
+    response = api.post("/workers/fetch", {"queues": ["nothing-here"]})
+    assert response.status_code == 200 and response.body == {"jobs": []}
+
+
+def test_fetch__count_and_fifo(api):
+    ids = [api.enqueue("a.b", [i], queue="fifo")["id"] for i in range(4)]
+    jobs = api.fetch("fifo", count=3)
+    assert [j["id"] for j in jobs] == ids[:3]
+
+
+def test_fetch__without_worker_id_works(api):
+    job = api.enqueue()
+    assert api.fetch()[0]["id"] == job["id"]
+
+
+def test_fetch__creates_an_unknown_worker(api):
+    api.fetch(worker_id="brand-new")
+    assert Worker.objects.filter(id="brand-new").exists()
+
+
+def test_fetch__visibility_timeout_ms_sets_the_reservation(api):
+    api.enqueue()
+    before = timezone.now()
+    api.fetch(visibility_timeout_ms=5000)
+    job = Job.objects.get()
+    assert timedelta(seconds=4) < job.visible_until - before < timedelta(seconds=6)
+
+
+def test_fetch__single_queue_alias(api):
+    job = api.enqueue("a.b", [], queue="solo")
+    assert api.post("/workers/fetch", {"queue": "solo"}).body["jobs"][0]["id"] == job["id"]
+
+
+def test_fetch__skips_paused_queues(api):
+    api.enqueue("a.b", [], queue="paused")
+    api.post("/queues/paused/pause")
+    assert api.fetch("paused") == []
+
+
+def test_fetch__a_due_retry_is_claimed_at_once(api):
+    job = JobFactory(retryable=True, queue="retry", next_attempt_at=past())
+    assert api.fetch("retry")[0]["id"] == str(job.id)
+
+
+def test_fetch__shows_the_backoff_the_retry_waited(api):
+    job = api.enqueue(
+        "a.b", [], queue="r", retry={"max_attempts": 3, "initial_interval": "PT1S", "jitter": False}
+    )
+    api.fetch("r")
+    nack = api.post("/workers/nack", {"job_id": job["id"], "error": {"message": "x"}})
+    assert nack.body["retry_delay_ms"] == 1000
+    Job.objects.filter(pk=job["id"]).update(next_attempt_at=past())
+    assert api.fetch("r")[0]["retry_delay_ms"] == 1000
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "queues"),
+        ({"queues": []}, "queues"),
+        ({"queues": "default"}, "queues"),
+        ({"queues": ["Bad!"]}, "queue"),
+        ({"queues": ["default"], "count": 0}, "count"),
+        ({"queues": ["default"], "count": 1001}, "count"),
+        ({"queues": ["default"], "visibility_timeout_ms": -1}, "visibility_timeout_ms"),
+        ({"queues": ["default"], "worker_id": 5}, "worker_id"),
+    ],
+)
+def test_fetch__invalid_requests_are_400(api, body, field):
+    error = assert_ojs_error(api.post("/workers/fetch", body), 400, "invalid_payload")
+    assert error["details"]["field"] == field
+
+
+# --------------------------------------------------------------------------- ack
+
+
+def test_ack__completes_with_any_json_result(api):
+    job = api.enqueue()
+    api.fetch()
+    response = api.post("/workers/ack", {"job_id": job["id"], "result": ["a", 1]})
+    body = response.body
+    assert response.status_code == 200
+    assert body["acknowledged"] is True and body["job_id"] == body["id"] == job["id"]
+    assert body["state"] == "completed" and body["completed_at"]
+    assert body["job"]["result"] == ["a", 1]
+    assert api.get(f"/jobs/{job['id']}").body["job"]["result"] == ["a", 1]
+
+
+def test_ack__clears_the_previous_error(api):
+    job = JobFactory(active=True, error={"code": "handler_error", "message": "x"})
+    api.post("/workers/ack", {"job_id": str(job.id)})
+    assert "error" not in api.get(f"/jobs/{job.id}").body["job"]
+
+
+def test_ack__a_job_that_is_not_active_is_409_conflict(api):
+    job = api.enqueue()
+    error = assert_ojs_error(api.post("/workers/ack", {"job_id": job["id"]}), 409, "conflict")
+    assert error["details"]["current_state"] == "available"
+    assert error["retryable"] is False
+
+
+def test_ack__by_another_worker_is_409(api):
+    job = JobFactory(active=True, worker_id="holder")
+    error = assert_ojs_error(
+        api.post("/workers/ack", {"job_id": str(job.id), "worker_id": "intruder"}), 409, "conflict"
+    )
+    assert error["details"]["reserved_by"] == "holder"
+
+
+def test_ack__unknown_job_is_404(api):
+    body = {"job_id": "01961111-aaaa-7bbb-8ccc-dddddddddddd"}
+    assert_ojs_error(api.post("/workers/ack", body), 404, "not_found")
+
+
+def test_ack__missing_job_id_is_400(api):
+    error = assert_ojs_error(api.post("/workers/ack", {"result": 1}), 400, "invalid_payload")
+    assert error["details"]["field"] == "job_id"
+
+
+# --------------------------------------------------------------------------- nack
+
+
+def test_nack__retryable_with_next_attempt(api):
+    job = JobFactory(
+        active=True, retry={"max_attempts": 3, "initial_interval": "PT2S", "jitter": False}
+    )
+    body = api.post(
+        "/workers/nack",
+        {"job_id": str(job.id), "error": {"code": "handler_error", "message": "boom"}},
+    ).body
+    assert (body["id"], body["state"], body["attempt"], body["max_attempts"]) == (
+        str(job.id),
+        "retryable",
+        1,
+        3,
+    )
+    assert body["next_attempt_at"] and body["retry_delay_ms"] == 2000
+    stored = api.get(f"/jobs/{job.id}").body["job"]
+    assert stored["error"]["message"] == "boom" and stored["error"]["type"] == "handler_error"
+    assert stored["errors"][0]["attempt"] == 1 and stored["errors"][0]["occurred_at"]
+
+
+def test_nack__exhausted_is_discarded_with_times(api):
+    job = JobFactory(active=True, retry={"max_attempts": 1})
+    body = api.post("/workers/nack", {"job_id": str(job.id), "error": {"message": "x"}}).body
+    assert body["state"] == "discarded"
+    assert body["discarded_at"] and body["completed_at"]
+
+
+def test_nack__retryable_false_discards_at_once(api):
+    job = JobFactory(active=True, retry={"max_attempts": 5})
+    error = {"code": "handler_error", "message": "fatal", "retryable": False}
+    assert api.post("/workers/nack", {"job_id": str(job.id), "error": error}).body["state"] == (
+        "discarded"
+    )
+
+
+def test_nack__core_error_shape_with_type_matches_non_retryable_errors(api):
+    job = JobFactory(active=True, retry={"max_attempts": 5, "non_retryable_errors": ["auth.*"]})
+    error = {"type": "auth.expired", "message": "token", "backtrace": ["a.py:1"]}
+    body = api.post("/workers/nack", {"job_id": str(job.id), "error": error}).body
+    assert body["state"] == "discarded"
+    stored = Job.objects.get(pk=job.pk).error
+    assert stored["type"] == "auth.expired" and stored["backtrace"] == ["a.py:1"]
+
+
+def test_nack__string_error_and_sdk_traceback(api):
+    job = JobFactory(active=True)
+    api.post("/workers/nack", {"job_id": str(job.id), "error": "plain message"})
+    assert Job.objects.get(pk=job.pk).error["message"] == "plain message"
+    job2 = JobFactory(active=True)
+    sdk = {"code": "handler_error", "message": "m", "details": {"traceback": "l1\nl2"}}
+    api.post("/workers/nack", {"job_id": str(job2.id), "error": sdk})
+    assert Job.objects.get(pk=job2.pk).error["backtrace"] == ["l1", "l2"]
+
+
+def test_nack__requeue_returns_the_job_to_available(api):
+    job = JobFactory(active=True, retry={"max_attempts": 3})
+    body = api.post(
+        "/workers/nack", {"job_id": str(job.id), "error": {"message": "x"}, "requeue": True}
+    ).body
+    assert body["state"] == "available"
+
+
+def test_nack__a_job_that_is_not_active_is_409(api):
+    job = JobFactory(completed=True)
+    assert_ojs_error(
+        api.post("/workers/nack", {"job_id": str(job.id), "error": {"message": "x"}}),
+        409,
+        "conflict",
+    )
+
+
+# --------------------------------------------------------------------------- heartbeat
+
+
+def test_heartbeat__extends_listed_jobs_and_says_running(api):
+    job = JobFactory(active=True, worker_id="w1", visible_until=timezone.now())
+    response = api.post(
+        "/workers/heartbeat",
+        {"worker_id": "w1", "active_jobs": [str(job.id)], "visibility_timeout_ms": 60000},
+    )
+    body = response.body
+    assert response.status_code == 200
+    assert (body["state"], body["directive"], body["jobs_extended"]) == (
+        "running",
+        "",
+        [str(job.id)],
+    )
+    assert body["server_time"]
+    assert Job.objects.get(pk=job.pk).visible_until > timezone.now() + timedelta(seconds=50)
+
+
+def test_heartbeat__worker_protocol_shape_with_a_count_and_ids(api):
+    job = JobFactory(active=True, worker_id="w2")
+    body = api.post(
+        "/workers/heartbeat",
+        {
+            "worker_id": "w2",
+            "state": "running",
+            "active_jobs": 1,
+            "active_job_ids": [str(job.id)],
+            "hostname": "box",
+            "pid": 42,
+            "queues": ["default"],
+            "concurrency": 4,
+        },
+    ).body
+    assert body["jobs_extended"] == [str(job.id)]
+    worker = Worker.objects.get(id="w2")
+    assert (worker.hostname, worker.pid, worker.concurrency) == ("box", 42, 4)
+
+
+def test_heartbeat__single_job_id_alias(api):
+    job = JobFactory(active=True, worker_id="w3")
+    body = api.post("/workers/heartbeat", {"worker_id": "w3", "job_id": str(job.id)}).body
+    assert body["jobs_extended"] == [str(job.id)]
+
+
+def test_heartbeat__creates_an_unknown_worker(api):
+    api.post("/workers/heartbeat", {"worker_id": "never-seen"})
+    assert Worker.objects.filter(id="never-seen").exists()
+
+
+def test_heartbeat__does_not_extend_another_workers_job(api):
+    job = JobFactory(active=True, worker_id="owner")
+    body = api.post("/workers/heartbeat", {"worker_id": "other", "active_jobs": [str(job.id)]}).body
+    assert body["jobs_extended"] == []
+
+
+def test_heartbeat__reports_jobs_cancelled_meanwhile(api):
+    job = JobFactory(active=True, worker_id="w4")
+    api.delete(f"/jobs/{job.id}")
+    body = api.post("/workers/heartbeat", {"worker_id": "w4", "active_jobs": [str(job.id)]}).body
+    assert body["jobs_extended"] == [] and body["cancelled_jobs"] == [str(job.id)]
+
+
+@pytest.mark.parametrize("directive", ["quiet", "terminate"])
+def test_heartbeat__operator_directive_is_delivered(api, directive):
+    WorkerFactory(id="w5")
+    lifecycle.set_directive("w5", directive)
+    body = api.post("/workers/heartbeat", {"worker_id": "w5"}).body
+    assert (body["state"], body["directive"]) == (directive, directive)
+    lifecycle.set_directive("w5", "running")
+    body = api.post("/workers/heartbeat", {"worker_id": "w5"}).body
+    assert (body["state"], body["directive"]) == ("running", "")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "worker_id"),
+        ({"worker_id": ""}, "worker_id"),
+        ({"worker_id": "w", "active_jobs": "x"}, "active_jobs"),
+        ({"worker_id": "w", "active_job_ids": [1]}, "active_job_ids"),
+        ({"worker_id": "w", "state": "active"}, "state"),
+        ({"worker_id": "w", "pid": -1}, "pid"),
+        ({"worker_id": "w", "visibility_timeout": "soon"}, "visibility_timeout"),
+    ],
+)
+def test_heartbeat__invalid_requests_are_400(api, body, field):
+    error = assert_ojs_error(api.post("/workers/heartbeat", body), 400, "invalid_payload")
+    assert error["details"]["field"] == field
+
+
+def test_worker_endpoints__need_a_body(api):
+    for path in ("/workers/fetch", "/workers/ack", "/workers/nack", "/workers/heartbeat"):
+        assert_ojs_error(api.post(path), 400, "invalid_payload")
