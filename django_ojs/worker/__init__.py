@@ -2,10 +2,23 @@
 
 :class:`Worker` (``loop.py``) schedules ``lifecycle`` calls; handlers run in a thread or
 process pool (``pool.py``); outcomes are written in batches (``completion.py``).
+Imported lazily: a process-pool child imports ``worker.child`` before Django is set up.
 """
 
 from __future__ import annotations
 
-from django_ojs.worker.loop import Worker, run
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django_ojs.worker.loop import Worker, run
 
 __all__ = ["Worker", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Worker", "run"):
+        return getattr(importlib.import_module("django_ojs.worker.loop"), name)
+    if name in ("loop", "pool", "execution", "completion", "attempt", "child"):
+        return importlib.import_module(f"django_ojs.worker.{name}")
+    raise AttributeError(f"module 'django_ojs.worker' has no attribute {name!r}")

@@ -184,6 +184,7 @@ class Worker:
         self.terminate()
 
     def _wake(self) -> None:
+        self._last_beat = 0.0  # report the new state in the next supervisor tick
         self._poke.set()
         listener = self.listener
         if listener is not None:
@@ -250,6 +251,8 @@ class Worker:
             if free <= 0:
                 self._poke.wait(self.poll_interval)  # set when a handler returns
                 continue
+            # The attempts' clocks start with the claim, as the server's started_at does.
+            started = time.monotonic()
             try:
                 jobs = lifecycle.fetch(
                     self.queues,
@@ -263,7 +266,6 @@ class Worker:
                 connections[self.using].close()
                 self._poke.wait(self.poll_interval)
                 continue
-            started = time.monotonic()
             for job in jobs:
                 self._submit(job, started)
             if len(jobs) < free:
@@ -382,7 +384,8 @@ class Worker:
         """BEAT with every job this worker holds; apply the reply (worker protocol §4)."""
         with self._beat_lock:
             with self._lock:
-                ids = [*self.running, *self.pending]
+                running = list(self.running)
+                ids = [*running, *self.pending]
             self._last_beat = time.monotonic()
             try:
                 reply = lifecycle.beat(
@@ -396,15 +399,25 @@ class Worker:
                 logger.warning("heartbeat failed", exc_info=True)
                 connections[self.using].close()
                 return
-        for job_id in reply.cancelled_jobs:
-            attempt = self.running.get(uuid.UUID(job_id))
-            if attempt is not None and not attempt.ctx.is_cancelled:
+        cancelled = {uuid.UUID(job_id) for job_id in reply.cancelled_jobs}
+        extended = {uuid.UUID(job_id) for job_id in reply.jobs_extended}
+        for job_id in running:
+            attempt = self.running.get(job_id)
+            if attempt is None or attempt.ctx.is_cancelled or job_id in extended:
+                continue
+            if job_id in cancelled:
                 logger.info("job %s was cancelled; signalling its handler", job_id)
                 attempt.ctx.cancel(
-                    "cancelled",
-                    error={"type": "cancelled", "message": "The job was cancelled"},
+                    "cancelled", error={"type": "cancelled", "message": "The job was cancelled"}
                 )
-                self.pool.cancel(attempt)
+            else:
+                # Rescued by the reaper (timeout, lapsed reservation) or taken by an
+                # operator: whatever the handler returns now will be refused.
+                logger.warning("job %s is no longer reserved by this worker", job_id)
+                attempt.ctx.cancel(
+                    "lost", error={"type": "lost", "message": "The reservation was lost"}
+                )
+            self.pool.cancel(attempt)
         if reply.state == TERMINATE:
             if self.state != TERMINATE:
                 self.terminate()

@@ -1,0 +1,143 @@
+"""Start real ``manage.py ojs_worker`` / ``ojs_reaper`` processes against the test database.
+
+The processes run the example project (its ``jobs.py`` has the conformance handlers)
+through ``tests.acceptance.settings``, with ``DATABASE_URL`` pointing at the database
+pytest-django created, and short timers passed as ``OJS_*`` environment variables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_ojs.models import Worker
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Timers short enough for tests, long enough for a loaded CI machine.
+FAST_TIMERS = {
+    "OJS_WORKER_HEARTBEAT_INTERVAL": 0.3,
+    "OJS_WORKER_POLL_INTERVAL": 0.05,
+    "OJS_REAPER_INTERVAL": 0.2,
+    # Generous: a busy worker on a loaded machine (SQLite!) can be seconds late.
+    "OJS_WORKER_STALE_AFTER": 15,
+}
+
+
+def database_url() -> str:
+    """The URL of the test database pytest-django created (for the child processes)."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(s['NAME']).resolve()}"
+    auth = s["USER"] or ""
+    if s.get("PASSWORD"):
+        auth += f":{s['PASSWORD']}"
+    host = s.get("HOST") or "127.0.0.1"
+    port = s.get("PORT") or 5432
+    return f"postgres://{auth}@{host}:{port}/{s['NAME']}"
+
+
+class Process:
+    """A started ``manage.py`` command with its log file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path):
+        self.args = args
+        self.log_path = log
+        self._log = log.open("wb")
+        self.popen = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.pid = self.popen.pid
+
+    def signal(self, sig: int) -> None:
+        self.popen.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout=timeout)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def output(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def worker(self) -> Worker | None:
+        return Worker.objects.filter(pid=self.pid).first()
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGCONT)  # in case a test stopped it
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+        self._log.close()
+
+
+@pytest.fixture
+def processes(tmp_path) -> Iterator[Any]:
+    """``processes.worker(*flags, **env)`` / ``processes.reaper(...)`` start commands."""
+    started: list[Process] = []
+    url = database_url()
+
+    class Starter:
+        def start(self, command: list[str], env: dict[str, Any]) -> Process:
+            full_env = {
+                **os.environ,
+                "DJANGO_SETTINGS_MODULE": "tests.acceptance.settings",
+                "DATABASE_URL": url,
+                "OJS_LOG_LEVEL": "INFO",
+                "PYTHONUNBUFFERED": "1",
+            }
+            for name, value in {**FAST_TIMERS, **env}.items():
+                full_env[name] = json.dumps(value)
+            process = Process(command, full_env, tmp_path / f"{command[0]}-{len(started)}.log")
+            started.append(process)
+            return process
+
+        def worker(self, *flags: str, wait: bool = True, **env: Any) -> Process:
+            process = self.start(["ojs_worker", *flags], env)
+            if wait:
+                wait_for(lambda: process.worker() is not None, process, timeout=30)
+            return process
+
+        def reaper(self, *flags: str, **env: Any) -> Process:
+            return self.start(["ojs_reaper", *flags], env)
+
+    yield Starter()
+    for process in started:
+        process.stop()
+    for process in started:
+        # Shown by pytest when a test fails: what each process logged.
+        print(f"--- {' '.join(process.args)} (pid {process.pid}) ---\n{process.output()[-4000:]}")
+
+
+def wait_for(predicate: Any, process: Process | None = None, timeout: float = 20.0) -> Any:
+    """Poll ``predicate`` until truthy; fail early if ``process`` exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if process is not None and process.returncode is not None:
+            raise AssertionError(
+                f"{process.args[0]} exited with {process.returncode}:\n{process.output()[-3000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(0.02)

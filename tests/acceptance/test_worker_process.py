@@ -1,0 +1,230 @@
+"""``manage.py ojs_worker`` as operators run it: real processes, real signals, both databases.
+
+Covers the acceptance list of the worker issue: draining by two workers with each job run
+once, ``kill -9`` recovery, SIGTERM/SIGINT/SIGTSTP/SIGCONT, execution timeouts (soft then
+hard, threads and processes), heartbeats against the visibility timeout, stall detection,
+discards by enqueue TTL / total timeout / ``expires_at``, and the pickup latency.
+"""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+import django_ojs
+from django_ojs.models import Event, Job
+from tests.acceptance.conftest import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def job(pk) -> Job:
+    return Job.objects.get(pk=pk)
+
+
+def in_state(pk, *states):
+    return lambda: job(pk).state in states
+
+
+def events(pk, kind):
+    return list(Event.objects.filter(job_id=pk, type=kind).order_by("seq"))
+
+
+def test_two_workers_drain_1000_jobs_each_run_exactly_once(processes):
+    a = processes.worker("--concurrency", "10")
+    b = processes.worker("--concurrency", "10")
+    jobs = django_ojs.enqueue_many([{"type": "test.echo", "args": [i]} for i in range(1000)])
+    wait_for(lambda: Job.objects.filter(state="completed").count() == 1000, a, timeout=90)
+    stored = Job.objects.all()
+    assert all(j.attempt == 1 and j.result == [j.args[0]] for j in stored)
+    started = Counter(Event.objects.filter(type="job.started").values_list("job_id", flat=True))
+    done = Counter(Event.objects.filter(type="job.completed").values_list("job_id", flat=True))
+    assert set(started) == set(done) == {j.id for j in jobs}
+    assert set(started.values()) == {1} and set(done.values()) == {1}
+    by_worker = Counter(stored.values_list("worker_id", flat=True))
+    assert set(by_worker) == {a.worker().id, b.worker().id}
+    for process in (a, b):
+        process.signal(signal.SIGTERM)
+    assert a.wait(30) == 0 and b.wait(30) == 0
+
+
+def test_kill_9_mid_job__the_job_is_recovered_by_another_worker(processes):
+    victim = processes.worker("--concurrency", "4", "--no-reaper")
+    jobs = django_ojs.enqueue_many(
+        [{"type": "test.slow", "args": [{"duration_ms": 1500}]} for _ in range(8)]
+    )
+    wait_for(lambda: Job.objects.filter(state="active").count() == 4, victim)
+    held = set(Job.objects.filter(state="active").values_list("id", flat=True))
+    victim.popen.kill()  # SIGKILL: no clean-up at all
+    victim.wait(10)
+    rescuer = processes.worker("--concurrency", "4", OJS_WORKER_STALE_AFTER=2)
+    wait_for(lambda: Job.objects.filter(state="completed").count() == 8, rescuer, timeout=60)
+    for j in Job.objects.filter(id__in=[j.id for j in jobs]):
+        assert len(events(j.id, "job.completed")) == 1
+        if j.id in held:
+            assert j.attempt == 2 and j.errors[0]["type"] == "worker_death"
+            assert j.worker_id == rescuer.worker().id
+        else:
+            assert j.attempt == 1 and j.errors == []
+    assert Event.objects.filter(type="worker.stopped", data__reason="heartbeat_timeout").exists()
+
+
+def test_sigterm_drains_then_fails_leftovers_as_shutdown_and_exits_0(processes):
+    worker = processes.worker("--shutdown-grace-period", "1.5")
+    short = django_ojs.enqueue("test.slow", [{"duration_ms": 600}])
+    stubborn = django_ojs.enqueue("test.timeout", [60], retry={"max_attempts": 3})
+    wait_for(lambda: job(short.pk).state == job(stubborn.pk).state == "active", worker)
+    started = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    assert 1.4 <= time.monotonic() - started < 10
+    assert job(short.pk).state == "completed"
+    left = job(stubborn.pk)
+    assert left.state == "available" and left.error["type"] == "shutdown"
+    assert left.error["retryable"] is True
+    assert not worker.worker()  # deregistered
+    assert "draining: 2 job(s) running" in worker.output()
+
+
+def test_sigint_is_graceful_and_a_second_one_exits_at_once(processes):
+    worker = processes.worker("--shutdown-grace-period", "30")
+    stubborn = django_ojs.enqueue("test.timeout", [60])
+    wait_for(in_state(stubborn.pk, "active"), worker)
+    worker.signal(signal.SIGINT)
+    wait_for(lambda: "is terminating" in worker.output(), worker)
+    time.sleep(0.3)
+    assert worker.returncode is None  # still draining
+    worker.signal(signal.SIGINT)
+    assert worker.wait(5) == 130
+    assert job(stubborn.pk).state == "active"  # left for the reaper to recover
+
+
+def test_sigtstp_quiets_and_sigcont_resumes(processes):
+    worker = processes.worker()
+    worker.signal(signal.SIGTSTP)
+    wait_for(lambda: worker.worker().state == "quiet", worker)
+    waiting = django_ojs.enqueue("test.echo", ["later"])
+    time.sleep(1.0)
+    assert job(waiting.pk).state == "available"  # a quiet worker fetches nothing
+    worker.signal(signal.SIGCONT)
+    wait_for(in_state(waiting.pk, "completed"), worker)
+    wait_for(lambda: worker.worker().state == "running", worker)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+
+
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_execution_timeout_soft_then_hard(processes, pool):
+    worker = processes.worker("--pool", pool, "--concurrency", "2")
+    # Cooperative: stops at the cancellation signal, long before the grace period ends.
+    soft = django_ojs.enqueue(
+        "test.slow", [{"duration_ms": 20000}], timeout=1, grace_period=20, retry={"max_attempts": 1}
+    )
+    # Stubborn: ignores the signal and is terminated at timeout + grace period.
+    hard = django_ojs.enqueue(
+        "test.timeout", [60], timeout=1, grace_period=1, retry={"max_attempts": 1}
+    )
+    wait_for(lambda: job(soft.pk).state == job(hard.pk).state == "discarded", worker, timeout=30)
+    soft_error, hard_error = job(soft.pk).error, job(hard.pk).error
+    for error in (soft_error, hard_error):
+        assert error["type"] == "timeout" and error["timeout_kind"] == "execution"
+        assert error["limit_seconds"] == 1
+    assert 1 <= soft_error["elapsed_seconds"] < 5
+    # The worker terminates it, or the reaper gets there first (same deadline).
+    assert hard_error["elapsed_seconds"] >= 2 and "grace period" in hard_error["message"]
+    assert events(soft.pk, "job.timeout") and events(hard.pk, "job.timeout")
+    # Both slots are usable again (a killed child process is replaced).
+    after = [django_ojs.enqueue("test.echo", [i]) for i in range(2)]
+    for j in after:
+        wait_for(in_state(j.pk, "completed"), worker, timeout=30)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+
+
+def test_process_pool_survives_a_crashing_handler(processes):
+    worker = processes.worker("--pool", "processes", "--concurrency", "1")
+    crash = django_ojs.enqueue("test.panic", retry={"max_attempts": 1})
+    wait_for(in_state(crash.pk, "discarded"), worker, timeout=30)
+    assert job(crash.pk).error["type"] == "crash"
+    echo = django_ojs.enqueue("test.echo", ["still here"])
+    wait_for(in_state(echo.pk, "completed"), worker, timeout=30)
+    assert job(echo.pk).result == ["still here"]
+
+
+def test_heartbeats_keep_a_long_job_alive_past_its_visibility_timeout(processes):
+    worker = processes.worker()
+    long = django_ojs.enqueue("test.slow", [{"duration_ms": 3000}], visibility_timeout=1)
+    wait_for(in_state(long.pk, "completed"), worker, timeout=30)
+    stored = job(long.pk)
+    assert stored.attempt == 1 and stored.errors == []
+    assert len(events(long.pk, "job.heartbeat")) >= 5
+
+
+def test_a_stalled_job_is_detected(processes):
+    worker = processes.worker("--no-reaper")
+    reaper = processes.reaper()
+    stalled = django_ojs.enqueue(
+        "test.slow", [{"duration_ms": 10000}], heartbeat_timeout=1, retry={"max_attempts": 1}
+    )
+    wait_for(in_state(stalled.pk, "active"), worker)
+    worker.signal(signal.SIGSTOP)  # frozen: no heartbeats, the reservation is still valid
+    try:
+        wait_for(in_state(stalled.pk, "discarded"), reaper, timeout=20)
+    finally:
+        worker.signal(signal.SIGCONT)
+    error = job(stalled.pk).error
+    assert error["type"] == "stalled" and error["timeout_kind"] == "stalled"
+    assert error["limit_seconds"] == 1 and error["elapsed_seconds"] >= 1
+    assert events(stalled.pk, "job.stalled")
+
+
+def test_enqueue_ttl_total_timeout_and_expires_at_discard_with_their_error_types(processes):
+    nobody = {"queue": "unserved"}  # no worker fetches this queue: the jobs only wait
+    ttl = django_ojs.enqueue("test.echo", enqueue_ttl=1, **nobody)
+    expiring = django_ojs.enqueue("test.echo", expires_at=timedelta(seconds=1), **nobody)
+    waiting_total = django_ojs.enqueue("test.echo", total_timeout=1, timeout=1, **nobody)
+    running_total = django_ojs.enqueue(
+        "test.slow", [{"duration_ms": 20000}], total_timeout=2, timeout=2, grace_period=30
+    )
+    # Timeouts §9.1: no retry that could not finish inside the total timeout.
+    no_retry = django_ojs.enqueue(
+        "test.fail_always", total_timeout=4, timeout=1,
+        retry={"max_attempts": 10, "initial_interval": "PT1S", "jitter": False},
+    )  # fmt: skip
+    worker = processes.worker()
+    pks = [ttl.pk, expiring.pk, waiting_total.pk, running_total.pk, no_retry.pk]
+    wait_for(lambda: all(job(pk).state == "discarded" for pk in pks), worker, timeout=30)
+    assert job(ttl.pk).error["type"] == "enqueue_ttl_expired"
+    assert job(ttl.pk).error["timeout_kind"] == "enqueue_ttl"
+    assert events(ttl.pk, "job.ttl_expired")
+    assert job(expiring.pk).error["type"] == "expired" and events(expiring.pk, "job.expired")
+    for pk in (waiting_total.pk, running_total.pk):
+        assert job(pk).error["type"] == "total_timeout"
+        assert job(pk).error["timeout_kind"] == "total" and events(pk, "job.total_timeout")
+    assert job(running_total.pk).attempt == 1
+    stopped = job(no_retry.pk)
+    assert 1 <= stopped.attempt < 4
+    assert events(no_retry.pk, "job.discarded")[-1].data["reason"] == "total_timeout"
+
+
+@pytest.mark.postgresql
+def test_pickup_latency_of_an_idle_worker_is_below_50ms_on_postgresql(processes):
+    worker = processes.worker()
+    warm = django_ojs.enqueue("test.noop")
+    wait_for(in_state(warm.pk, "completed"), worker)
+    latencies = []
+    for _ in range(20):
+        time.sleep(0.05)  # idle: waiting in LISTEN, not polling
+        j = django_ojs.enqueue("test.noop")
+        wait_for(in_state(j.pk, "completed"), worker)
+        stored = job(j.pk)
+        latencies.append((stored.started_at - stored.enqueued_at).total_seconds() * 1000)
+    assert statistics.median(latencies) < 50, latencies
+    assert timezone.now()  # the worker is still serving
+    assert worker.returncode is None
