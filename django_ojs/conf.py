@@ -29,6 +29,10 @@ DEFAULT_MAX_ENVELOPE_BYTES = 1024 * 1024
 #: Error history entries kept per job (retry §10 asks for at least the last 10).
 DEFAULT_ERROR_HISTORY_LIMIT = 100
 DEFAULT_EVENT_SOURCE = "ojs://django-ojs"
+#: Write lifecycle events to the event table (the signal is sent either way).
+DEFAULT_STORE_EVENTS = True
+#: Overrides of the OJS default retry policy (an empty dict keeps the OJS defaults).
+DEFAULT_RETRY_POLICY: dict[str, object] = {}
 #: How often the reaper promotes, expires and rescues (seconds; OJS wants <= 1 s).
 DEFAULT_REAPER_INTERVAL = 0.5
 #: How often the reaper prunes (seconds).
@@ -109,12 +113,12 @@ class Settings:
     @property
     def RETRY_POLICY(self) -> dict[str, Any]:
         """Overrides of the default retry policy (merged over the OJS defaults)."""
-        return dict(self._get("OJS_RETRY_POLICY", {}) or {})
+        return dict(self._get("OJS_RETRY_POLICY", DEFAULT_RETRY_POLICY) or {})
 
     @property
     def STORE_EVENTS(self) -> bool:
         """Write lifecycle events to the event table (signals are sent either way)."""
-        return bool(self._get("OJS_STORE_EVENTS", True))
+        return bool(self._get("OJS_STORE_EVENTS", DEFAULT_STORE_EVENTS))
 
     @property
     def EVENT_SOURCE(self) -> str:

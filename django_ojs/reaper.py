@@ -3,7 +3,7 @@
 Scheduling and logging only: every transition it causes is a ``lifecycle`` call
 (``promote_due``, ``expire_stale``, ``rescue_expired``, ``recover_dead_workers``,
 ``prune``). On PostgreSQL one reaper at a time does a pass (a transaction-scoped advisory
-lock); the others skip it. Rows are claimed with ``SKIP LOCKED`` either way.
+lock); the others skip it. On PostgreSQL rows are also locked with ``SKIP LOCKED``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ LOCK_NAME = "django_ojs.reaper"
 
 @dataclass
 class PassResult:
-    """What one reaper pass did (``None`` fields: skipped, another reaper leads)."""
+    """What one reaper pass did (``leader=False``: skipped, another reaper leads)."""
 
     leader: bool = True
     promoted: int = 0

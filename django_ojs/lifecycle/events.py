@@ -93,7 +93,7 @@ def emit_other(kind: str, subject: str, using: str, *, queue: str = "", **data: 
         timezone.now(),
         None,
         queue,
-        {k: v for k, v in data.items() if v is not None},
+        {k: v for k, v in {"queue": queue or None, **data}.items() if v is not None},
     )
     store([row], using)
     signal([row], using)

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from django_ojs import failure
+from django_ojs import envelope, failure
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import InvalidTransition
 from django_ojs.lifecycle import events
@@ -113,7 +113,7 @@ def expire_stale(*, now: datetime | None = None, using: str | None = None) -> in
                     "code": "expired",
                     "type": "expired",
                     "message": "Job expired before it could start",
-                    "expired_at": job.expires_at.isoformat(),
+                    "expired_at": envelope.format_timestamp(job.expires_at),
                 }
                 kind = "job.expired"
             else:

@@ -163,10 +163,10 @@ def enqueue(
     args:
         Positional arguments: a list of JSON-native values.
     options:
-        OJS attribute names: ``queue``, ``priority``, ``scheduled_at`` (aware datetime,
-        RFC 3339 string or ``timedelta`` from now), ``pending``, ``retry`` (dict or
-        :class:`~django_ojs.retry.RetryPolicy`), ``timeout``, ``meta``, ``expires_at``,
-        ``visibility_timeout``, ``total_timeout``, ``enqueue_ttl``, ``grace_period``,
+        OJS attribute names: ``queue``, ``priority``, ``scheduled_at`` and ``expires_at``
+        (aware datetime, RFC 3339 string or ``timedelta`` from now), ``pending``, ``retry``
+        (dict or :class:`~django_ojs.retry.RetryPolicy`), ``meta``, ``timeout``,
+        ``visibility_timeout``, ``total_timeout``, ``enqueue_ttl``, ``grace_period`` and
         ``heartbeat_timeout`` (seconds or ``timedelta``), ``unique``, ``schema``, ``tags``,
         ``id`` (a UUIDv7).
 

@@ -658,6 +658,7 @@ def test_queues__pause_resume_are_idempotent_and_emit_events():
     queues.resume("q")
     assert not Queue.objects.get(name="q").paused
     assert list(Event.objects.values_list("type", flat=True)) == ["queue.paused", "queue.resumed"]
+    assert [e.data["queue"] for e in Event.objects.all()] == ["q", "q"]  # events §4.5
     with pytest.raises(ValidationError):
         queues.pause("Not Valid")
 

@@ -43,6 +43,7 @@ def test_expire_stale__expires_at_discards_with_expired_error():
     assert lifecycle.expire_stale(now=later(6)) == 1
     stored = Job.objects.get(pk=job.pk)
     assert stored.state == "discarded" and stored.error["type"] == "expired"
+    assert stored.error["expired_at"].endswith("Z")
     assert kinds(job)[-2:] == ["job.expired", "job.discarded"]
 
 
