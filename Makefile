@@ -13,9 +13,12 @@ PYTEST_ARGS ?=
 PYTHON_DJ6 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.13 python3.12 2>/dev/null))
 VENV_DJ6 ?= .venv-django6
 DEMO_PORT ?= 8000
+# OJS conformance run: its own databases (CONF_DB and CONF_DB_l24) and ports (CONF_PORT, +1).
+CONF_DB ?= ojs_conformance
+CONF_PORT ?= 18765
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-sqlite test-postgres test-django6 browser-deps lint check-migrations bench db-up clean
+.PHONY: help demo test test-sqlite test-postgres test-django6 conformance browser-deps lint check-migrations bench db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -79,7 +82,16 @@ test-django6: ## Run the suite on Django 6.x (needs Python 3.12+; skipped with a
 	echo "== Django $$($(VENV_DJ6)/bin/python -c 'import django; print(django.get_version())') suite on SQLite"; \
 	DATABASE_URL=sqlite:////tmp/django-ojs-dj6-$$(id -u).sqlite3 $(VENV_DJ6)/bin/python -m pytest $(PYTEST_ARGS)
 
-test: lint check-migrations browser-deps test-sqlite test-postgres test-django6 ## Everything CI runs: lint, migrations check, SQLite, PostgreSQL, Django 6.x
+conformance: $(VENV)/.installed ## OJS conformance suites against the example project on PostgreSQL (levels 0-1 required, 2-4 reported)
+	@if $(PY) -c "import psycopg; psycopg.connect(host='$(PG_HOST)', port=$(PG_PORT), user='$(PG_USER)', dbname='postgres', connect_timeout=5).close()" 2>/dev/null; then \
+		PY=$(PY) PG_HOST=$(PG_HOST) PG_PORT=$(PG_PORT) PG_USER=$(PG_USER) CONF_DB=$(CONF_DB) CONF_PORT=$(CONF_PORT) .ci/conformance.sh; \
+	elif [ "$$CI" = "true" ]; then \
+		echo "ERROR: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable and CI=true: the conformance suites cannot run." >&2; exit 1; \
+	else \
+		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the conformance suites were NOT run (CI=true makes this an error)." >&2; \
+	fi
+
+test: lint check-migrations browser-deps test-sqlite test-postgres test-django6 conformance ## Everything CI runs: lint, migrations check, SQLite, PostgreSQL, Django 6.x, OJS conformance
 
 bench: $(VENV)/.installed ## Run the benchmarks on PostgreSQL (by hand; see docs/explanation/performance.md)
 	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench $(PY) bench/enqueue.py
