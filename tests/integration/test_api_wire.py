@@ -151,6 +151,12 @@ def test_method_not_allowed__405_envelope_with_allow_header(api):
     assert "POST" in error["details"]["allowed_methods"]
 
 
+def test_options__405_and_not_advertised(api):
+    response = api.request("OPTIONS", "/jobs")
+    assert_ojs_error(response, 405, "invalid_request")
+    assert response["Allow"] == "POST"
+
+
 def test_malformed_json__400_invalid_payload(api):
     error = assert_ojs_error(api.post("/jobs", raw="{ invalid json }"), 400, "invalid_payload")
     assert error["retryable"] is False

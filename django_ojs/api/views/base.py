@@ -36,6 +36,11 @@ class OJSView(APIView):
     metadata_class = None
     versioning_class = None
 
+    @property
+    def allowed_methods(self) -> list[str]:
+        # No OPTIONS metadata (metadata_class is None): OPTIONS is a 405 like any other.
+        return [m for m in super().allowed_methods if m != "OPTIONS"]
+
     def get_authenticators(self) -> list[Any]:
         return permissions.authenticators()
 
