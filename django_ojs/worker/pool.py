@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,9 @@ from django_ojs.worker.execution import Outcome
 logger = logging.getLogger("django_ojs.worker")
 
 Done = Callable[[Attempt, Outcome], None]
+
+#: A runner drops broken or expired database connections at most this often (seconds).
+CONNECTION_CHECK_INTERVAL = 1.0
 
 
 def run_in_thread(attempt: Attempt) -> Outcome:
@@ -57,12 +61,17 @@ class ThreadPool:
         threading.Thread(target=self._runner, name=f"{self.name}-{n}", daemon=True).start()
 
     def _runner(self) -> None:
+        checked = 0.0
         try:
             while True:
                 attempt = self._queue.get()
                 if attempt is None:
                     return
-                close_old_connections()
+                now = time.monotonic()
+                if now - checked > CONNECTION_CHECK_INTERVAL:
+                    # As Django does between requests: drop broken or too old connections.
+                    close_old_connections()
+                    checked = now
                 outcome = run_in_thread(attempt)
                 self.on_done(attempt, outcome)
                 if attempt.abandoned:
