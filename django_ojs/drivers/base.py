@@ -39,10 +39,13 @@ class Driver(Protocol):
         visibility_ms: int | None,
         defaults: ClaimDefaults,
         fields: Sequence[str] | None = None,
+        event_source: str | None = None,
     ) -> list[Job]:
         """Atomically move up to ``limit`` available jobs of ``queue`` to ``active``.
 
         ``fields``: load only these job fields (and ``id``); a driver may load more.
+        ``event_source``: write the ``job.started`` events too, with this source (only
+        asked of drivers whose ``claim_writes_events`` is true).
 
         Order: priority high→low, then FIFO (id). Skips paused queues and jobs past their
         ``stale_at``. Sets ``attempt += 1``, ``started_at``, ``worker_id`` and the

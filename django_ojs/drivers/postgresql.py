@@ -14,7 +14,6 @@ from typing import Any
 
 from django.db import connections
 from psycopg.types.json import Jsonb
-from uuid6 import uuid7
 
 from django_ojs.drivers.base import ClaimDefaults
 from django_ojs.models import Job
@@ -38,7 +37,7 @@ WITH next AS (
     ORDER BY priority DESC, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+), claimed AS (
 UPDATE ojs_job AS j SET
     state = 'active',
     attempt = j.attempt + 1,
@@ -56,8 +55,34 @@ UPDATE ojs_job AS j SET
     stale_at = LEAST(j.expires_at, j.deadline_at)
 FROM next
 WHERE j.id = next.id
-RETURNING {columns}
+RETURNING j.*
+){events}
+SELECT {columns} FROM claimed
 """
+
+# A UUIDv7 made by PostgreSQL 13+ (no uuidv7() before 18): the millisecond clock over
+# the first 48 bits of a random v4 UUID, and the version nibble 4 turned into 7.
+UUID7_SQL = (
+    "encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) placing "
+    "substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3) "
+    "FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid"
+)
+
+# Why raw SQL: the job.started events of a claim, built in the claim statement from the
+# rows it claimed (the same data as ``events.job_data``: job_id, job_type, queue, state,
+# trace_id, worker_id, attempt), instead of one Python object and one COPY row per job.
+CLAIM_EVENTS_CTE = f""", started AS (
+    INSERT INTO ojs_event (id, type, source, subject, time, job_id, queue, data)
+    SELECT {UUID7_SQL}, 'job.started', %(source)s, id::text, %(now)s, id, queue,
+        jsonb_build_object('job_id', id::text, 'job_type', type, 'queue', queue,
+                           'state', 'active', 'attempt', attempt)
+        || CASE WHEN jsonb_typeof(meta -> 'trace_id') IS NOT NULL
+                     AND jsonb_typeof(meta -> 'trace_id') <> 'null'
+                THEN jsonb_build_object('trace_id', meta -> 'trace_id') ELSE '{{}}' END
+        || CASE WHEN %(worker_id)s::text IS NOT NULL
+                THEN jsonb_build_object('worker_id', %(worker_id)s::text) ELSE '{{}}' END
+    FROM claimed
+)"""
 
 # Why raw SQL: registering the queues and waking listeners is one round trip instead of
 # two per push. pg_notify inside the pushing transaction is delivered only when (and if)
@@ -118,10 +143,10 @@ COPY_THRESHOLD = 50
 # §5.6), and the events are built from exactly the rows it changed (the same data as
 # ``events.job_data`` + ``settle.ack``: job_id, job_type, queue, state, trace_id, attempt,
 # duration_ms, result). NULL results stay SQL NULL, as ``ack(result=None)`` stores them.
-ACK_MANY_SQL = """
+ACK_MANY_SQL = f"""
 WITH input AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(results)s::jsonb[],
-                         %(event_ids)s::uuid[]) AS t(id, attempt, result, event_id)
+    SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(results)s::jsonb[])
+        AS t(id, attempt, result)
 ), done AS (
     UPDATE ojs_job AS j SET
         state = 'completed', completed_at = %(now)s, result = input.result, error = NULL,
@@ -129,22 +154,21 @@ WITH input AS (
     FROM input
     WHERE j.id = input.id AND j.state = 'active' AND j.worker_id = %(worker_id)s
       AND j.attempt = input.attempt
-    RETURNING j.id, j.type, j.queue, j.attempt, j.started_at, j.meta, input.result,
-              input.event_id
+    RETURNING j.id, j.type, j.queue, j.attempt, j.started_at, j.meta, input.result
 ), events AS (
     INSERT INTO ojs_event (id, type, source, subject, time, job_id, queue, data)
-    SELECT event_id, 'job.completed', %(source)s, id::text, %(now)s, id, queue,
+    SELECT {UUID7_SQL}, 'job.completed', %(source)s, id::text, %(now)s, id, queue,
         jsonb_build_object('job_id', id::text, 'job_type', type, 'queue', queue,
                            'state', 'completed', 'attempt', attempt)
         || CASE WHEN jsonb_typeof(meta -> 'trace_id') IS NOT NULL
                      AND jsonb_typeof(meta -> 'trace_id') <> 'null'
-                THEN jsonb_build_object('trace_id', meta -> 'trace_id') ELSE '{}' END
+                THEN jsonb_build_object('trace_id', meta -> 'trace_id') ELSE '{{}}' END
         || CASE WHEN started_at IS NOT NULL
                 THEN jsonb_build_object('duration_ms',
                      round(extract(epoch FROM %(now)s - started_at) * 1000)::bigint)
-                ELSE '{}' END
+                ELSE '{{}}' END
         || CASE WHEN result IS NOT NULL THEN jsonb_build_object('result', result)
-                ELSE '{}' END
+                ELSE '{{}}' END
     FROM done WHERE %(store_events)s
 )
 SELECT id FROM done
@@ -174,6 +198,7 @@ class PostgreSQLDriver:
         visibility_ms: int | None,
         defaults: ClaimDefaults,
         fields: Sequence[str] | None = None,
+        event_source: str | None = None,
     ) -> list[Job]:
         params = {
             "queue": queue,
@@ -186,25 +211,34 @@ class PostgreSQLDriver:
             "default_grace_ms": defaults.grace_ms,
             "default_heartbeat_ms": defaults.heartbeat_timeout_ms,
         }
+        events = ""
+        if event_source is not None:
+            params["source"] = event_source
+            events = CLAIM_EVENTS_CTE
         if fields is None:
-            sql = CLAIM_SQL.format(columns="j.*")
+            sql = CLAIM_SQL.format(columns="*", events=events)
             jobs = list(Job.objects.db_manager(self.using).raw(sql, params))
         else:
-            jobs = self._claim_fields(params, fields)
+            jobs = self._claim_fields(params, fields, events)
         # RETURNING has no order: restore the claim order.
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
 
-    def _claim_fields(self, params: dict[str, Any], fields: Sequence[str]) -> list[Job]:
+    #: ``claim(event_source=...)`` writes the job.started events itself.
+    claim_writes_events = True
+
+    def _claim_fields(
+        self, params: dict[str, Any], fields: Sequence[str], events: str
+    ) -> list[Job]:
         # Only the asked-for columns: building a full 45-field model per claimed row is most
         # of a worker's fetch cost. The other fields are deferred (loaded on access).
         # Model.from_db wants the values in the model's field order.
         wanted = {"id", *fields}
         model_fields = [f for f in Job._meta.concrete_fields if f.name in wanted]
-        columns = ", ".join(f'j."{f.column}"' for f in model_fields)
+        columns = ", ".join(f'"{f.column}"' for f in model_fields)
         connection = connections[self.using]
         with connection.cursor() as cursor:
-            cursor.execute(CLAIM_SQL.format(columns=columns), params)
+            cursor.execute(CLAIM_SQL.format(columns=columns, events=events), params)
             rows = cursor.fetchall()
         attnames = [f.attname for f in model_fields]
         json_fields = [
@@ -263,7 +297,6 @@ class PostgreSQLDriver:
             "ids": [item[0] for item in items],
             "attempts": [item[1] for item in items],
             "results": [None if item[2] is None else json.dumps(item[2]) for item in items],
-            "event_ids": [uuid7() for _ in items],
             "worker_id": worker_id,
             "now": now,
             "source": source,

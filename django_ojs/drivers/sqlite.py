@@ -44,6 +44,7 @@ class SQLiteDriver:
         visibility_ms: int | None,
         defaults: ClaimDefaults,
         fields: Sequence[str] | None = None,  # full rows either way: SQLite reads them anyway
+        event_source: str | None = None,  # never given: claim_writes_events is False
     ) -> list[Job]:
         if Queue.objects.using(self.using).filter(name=queue, paused=True).exists():
             return []

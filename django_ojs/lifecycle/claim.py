@@ -13,6 +13,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from django_ojs import signals
 from django_ojs.conf import settings
 from django_ojs.drivers import ClaimDefaults, get_driver
 from django_ojs.exceptions import ValidationError
@@ -78,6 +79,12 @@ def fetch(
     driver = get_driver(using)
     now = timezone.now()
     claimed: list[Job] = []
+    # A driver may write the job.started events in its claim statement (PostgreSQL); the
+    # event signal needs Python rows, so not when someone listens to it.
+    in_claim = getattr(driver, "claim_writes_events", False) and not (
+        signals.event_emitted.has_listeners()
+    )
+    event_source = settings.EVENT_SOURCE if in_claim and settings.STORE_EVENTS else None
     with transaction.atomic(using=using):
         if worker_id:
             _touch_worker(worker_id, list(queues), using, now)
@@ -97,9 +104,10 @@ def fetch(
                     visibility_ms=visibility_ms,
                     defaults=defaults,
                     fields=fields,
+                    event_source=event_source,
                 )
             )
-        if claimed:
+        if claimed and not in_claim:
             events.emit_many(
                 [
                     ("job.started", job, {"worker_id": worker_id, "attempt": job.attempt})
