@@ -185,6 +185,32 @@ def heartbeat_request(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def progress_request(body: dict[str, Any], job_id_from_path: str | None = None) -> dict[str, Any]:
+    """Progress of an active job: ``{job_id, percentage: 0-100, message?, data?}`` (SDK) or
+    ``{progress: 0.0-1.0, data?}`` (progress extension §4); clamped to the range."""
+    if "progress" in body:
+        value, name, scale = body["progress"], "progress", 1.0
+    else:
+        value, name, scale = body.get("percentage"), "percentage", 100.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(
+            "progress (0.0-1.0) or percentage (0-100) must be a number", field=name
+        )
+    message = body.get("message")
+    if message is not None and not isinstance(message, str):
+        raise ValidationError("message must be a string", field="message")
+    data = body.get("data")
+    if data is not None and not isinstance(data, dict):
+        raise ValidationError("data must be an object", field="data")
+    return {
+        "job_id": job_id_from_path or job_id(body),
+        "value": min(max(value / scale, 0.0), 1.0),  # progress extension §5: clamp
+        "message": message,
+        "data": data,
+        "worker_id": _string(body, "worker_id"),
+    }
+
+
 def batch_request(body: dict[str, Any]) -> list[Any]:
     """``{jobs: [enqueue request, ...]}`` (HB §9.2): at least one job."""
     jobs = body.get("jobs")

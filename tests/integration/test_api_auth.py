@@ -28,6 +28,8 @@ CALLS = [
     ("POST", "/workers/ack", {"job_id": "{id}"}, "worker"),
     ("POST", "/workers/nack", {"job_id": "{id}", "error": {}}, "worker"),
     ("POST", "/workers/heartbeat", {"worker_id": "w"}, "worker"),
+    ("POST", "/workers/progress", {"job_id": "{id}", "percentage": 5}, "worker"),
+    ("PUT", "/jobs/{id}/progress", {"progress": 0.5}, "worker"),
     ("GET", "/queues/default/stats", None, "admin"),
     ("POST", "/queues/default/pause", None, "admin"),
     ("POST", "/queues/default/resume", None, "admin"),

@@ -41,6 +41,8 @@ ENDPOINTS = [
     ("POST", "/ojs/v1/workers/ack"),
     ("POST", "/ojs/v1/workers/nack"),
     ("POST", "/ojs/v1/workers/heartbeat"),
+    ("POST", "/ojs/v1/workers/progress"),
+    ("PUT", "/ojs/v1/jobs/{id}/progress"),
     ("GET", "/ojs/v1/queues"),
     ("GET", "/ojs/v1/queues/default/stats"),
     ("POST", "/ojs/v1/queues/default/pause"),
@@ -50,7 +52,7 @@ ENDPOINTS = [
     ("DELETE", "/ojs/v1/dead-letter/{id}"),
     ("GET", "/ojs/v1/events"),
 ]
-POSTS = [path for method, path in ENDPOINTS if method == "POST"]
+POSTS = [path for method, path in ENDPOINTS if method in ("POST", "PUT")]
 GETS = [path for method, path in ENDPOINTS if method == "GET"]
 
 
@@ -255,7 +257,8 @@ MALFORMED_BODIES = [
 @pytest.mark.parametrize("path", POSTS)
 def test_malformed_bodies_on_every_post__never_5xx(api, path, raw):
     job = JobFactory(discarded=True)
-    response = api.post(path.replace("{id}", str(job.id)), raw=raw)
+    method = next(m for m, p in ENDPOINTS if p == path)
+    response = api.request(method, path.replace("{id}", str(job.id)), raw=raw)
     assert response.status_code < 500, (path, raw, response.body)
     if response.status_code >= 400:
         assert_ojs_error(response, response.status_code)
@@ -267,7 +270,8 @@ def test_malformed_bodies_on_every_post__never_5xx(api, path, raw):
 @pytest.mark.parametrize("path", [p for _, p in ENDPOINTS if "{id}" in p])
 def test_malformed_ids_on_every_job_endpoint__404(api, path, job_id):
     method = next(m for m, p in ENDPOINTS if p == path)
-    response = api.request(method, path.replace("{id}", job_id))
+    body = {"progress": 0.5} if path.endswith("/progress") else None  # needs a body
+    response = api.request(method, path.replace("{id}", job_id), body)
     assert_ojs_error(response, 404, "not_found")
 
 

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from django_ojs import lifecycle
-from django_ojs.models import Job, Worker
+from django_ojs.models import Event, Job, Worker
 from tests.factories import JobFactory, WorkerFactory
 from tests.integration.api_support import assert_ojs_error, client
 
@@ -328,3 +328,45 @@ def test_heartbeat__invalid_requests_are_400(api, body, field):
 def test_worker_endpoints__need_a_body(api):
     for path in ("/workers/fetch", "/workers/ack", "/workers/nack", "/workers/heartbeat"):
         assert_ojs_error(api.post(path), 400, "invalid_payload")
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def test_progress__sdk_shape_records_an_event(api):
+    job = JobFactory(active=True, worker_id="w6")
+    body = api.post(
+        "/workers/progress",
+        {"job_id": str(job.id), "percentage": 40, "message": "page 4/10", "worker_id": "w6"},
+    ).body
+    assert body == {"job_id": str(job.id), "accepted": True, "progress": 0.4, "percentage": 40.0}
+    event = Event.objects.get(job_id=job.id, type="job.progress")
+    assert event.data["progress"] == 0.4 and event.data["progress_message"] == "page 4/10"
+
+
+def test_progress__extension_shape_on_the_job_path_is_clamped(api):
+    job = JobFactory(active=True)
+    body = api.request("PUT", f"/jobs/{job.id}/progress", {"progress": 1.7, "data": {"n": 1}})
+    assert body.status_code == 200 and body.body["progress"] == 1.0
+
+
+def test_progress__for_a_job_that_is_not_active_is_ignored(api):
+    job = JobFactory(completed=True)
+    body = api.post("/workers/progress", {"job_id": str(job.id), "percentage": 10}).body
+    assert body["accepted"] is False
+    assert not Event.objects.filter(job_id=job.id, type="job.progress").exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"job_id": "x"}, "percentage"),
+        ({"job_id": "x", "progress": "half"}, "progress"),
+        ({"percentage": 5}, "job_id"),
+        ({"job_id": "x", "percentage": 5, "message": 3}, "message"),
+        ({"job_id": "x", "percentage": 5, "data": []}, "data"),
+    ],
+)
+def test_progress__invalid_requests_are_400(api, body, field):
+    error = assert_ojs_error(api.post("/workers/progress", body), 400, "invalid_payload")
+    assert error["details"]["field"] == field

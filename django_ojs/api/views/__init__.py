@@ -17,7 +17,13 @@ from django_ojs.api.views.queues import (
     QueueStatsView,
 )
 from django_ojs.api.views.system import HealthView, ManifestView
-from django_ojs.api.views.workers import AckView, FetchView, HeartbeatView, NackView
+from django_ojs.api.views.workers import (
+    AckView,
+    FetchView,
+    HeartbeatView,
+    NackView,
+    ProgressView,
+)
 
 __all__ = [
     "AckView",
@@ -36,6 +42,7 @@ __all__ = [
     "NackView",
     "NotFoundView",
     "OJSView",
+    "ProgressView",
     "QueueListView",
     "QueuePauseView",
     "QueueResumeView",

@@ -1,4 +1,4 @@
-"""Worker endpoints (HB §10): FETCH, ACK, FAIL (nack), BEAT (heartbeat).
+"""Worker endpoints (HB §10): FETCH, ACK, FAIL (nack), BEAT (heartbeat), and progress.
 
 External workers and the in-process ``ojs_worker`` share ``lifecycle.fetch`` and friends.
 A worker that never registered is created by its first fetch or heartbeat.
@@ -59,3 +59,31 @@ class HeartbeatView(WorkerView):
     def post(self, request: Any) -> Response:
         beat = lifecycle.beat(**serializers.heartbeat_request(self.body(request)))
         return Response(serializers.heartbeat(beat))
+
+
+class ProgressView(WorkerView):
+    """``POST /ojs/v1/workers/progress`` (SDK) and ``PUT /ojs/v1/jobs/{id}/progress``.
+
+    Records a ``job.progress`` event for an active job. Updates for a job that is not
+    active are ignored, not refused (progress extension PRG-007): ``accepted`` is false.
+    """
+
+    def post(self, request: Any, job_id: str | None = None) -> Response:
+        data = serializers.progress_request(self.body(request), job_id)
+        accepted = lifecycle.report_progress(
+            data["job_id"],
+            data["value"],
+            message=data["message"],
+            data=data["data"],
+            worker_id=data["worker_id"],
+        )
+        return Response(
+            {
+                "job_id": data["job_id"],
+                "accepted": accepted,
+                "progress": data["value"],
+                "percentage": round(data["value"] * 100, 3),
+            }
+        )
+
+    put = post
