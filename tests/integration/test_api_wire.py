@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import OperationalError
 from django.test import override_settings
 
+from django_ojs.api.exceptions import exception_handler
 from tests.factories import JobFactory
 from tests.integration.api_support import OJS, OJSClient, assert_ojs_error, client
 
@@ -322,3 +324,15 @@ def test_bodies_on_get_and_delete__are_ignored(api):
 def test_client_supplied_anonymous_requests_to_unknown_paths_still_get_headers():
     response = OJSClient().get("/ojs/v1/does-not-exist")
     assert response["OJS-Version"] == "1.0"
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"), [(RuntimeError("bug"), 500), (OperationalError("db down"), 503)]
+)
+def test_unexpected_errors__become_a_retryable_backend_error_envelope(exc, status, caplog):
+    response = exception_handler(exc, {"request": None, "view": None})
+    error = response.data["error"]
+    assert response.status_code == status
+    assert (error["code"], error["retryable"]) == ("backend_error", True)
+    assert "bug" not in error["message"] and "db down" not in error["message"]
+    assert "OJS API request" in caplog.text  # logged with the traceback
