@@ -37,6 +37,9 @@ def main(conn: Any) -> None:
     replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
     send_lock = threading.Lock()
     current: dict[str, JobContext | None] = {"ctx": None}
+    # A cancellation can arrive before the job's context exists: keep it for the job.
+    early_cancel: dict[str, tuple[Any, ...]] = {}
+    lock = threading.Lock()
 
     def send(message: tuple[Any, ...]) -> None:
         with send_lock:
@@ -50,9 +53,13 @@ def main(conn: Any) -> None:
                 if kind == "job":
                     jobs.put(message)
                 elif kind == "cancel":
-                    ctx = current["ctx"]
-                    if ctx is not None:
-                        ctx.cancel(message[1] or "cancelled", error=message[2], requeue=message[3])
+                    _, job_id, reason, error, requeue = message
+                    with lock:
+                        ctx = current["ctx"]
+                        if ctx is None or ctx.job_id != job_id:
+                            early_cancel[job_id] = (reason, error, requeue)
+                            continue
+                    ctx.cancel(reason or "cancelled", error=error, requeue=requeue)
                 elif kind == "beat_reply":
                     replies.put(message[1])
         except (EOFError, OSError):
@@ -91,12 +98,18 @@ def main(conn: Any) -> None:
             beat=beat,
             progress=progress,
         )
-        current["ctx"] = ctx
+        with lock:
+            current["ctx"] = ctx
+            early = early_cancel.pop(job_id, None)
+        if early is not None:
+            ctx.cancel(early[0] or "cancelled", error=early[1], requeue=early[2])
         try:
             if handler is None:
                 outcome = Outcome(False, error=execution.no_handler_error(job_type))
             else:
                 outcome = execution.run(handler, args, ctx)
         finally:
-            current["ctx"] = None
+            with lock:
+                current["ctx"] = None
+                early_cancel.clear()
         send(("done", outcome.as_tuple()))

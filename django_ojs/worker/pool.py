@@ -137,10 +137,10 @@ class ProcessPool:
         return None
 
     def cancel(self, attempt: Attempt) -> None:
+        # An attempt no slot has taken yet is told when one takes it (_Slot._execute).
         slot = self._slot_of(attempt)
         if slot is not None:
-            ctx = attempt.ctx
-            slot.send(("cancel", ctx.cancel_reason, ctx.cancel_error, ctx.cancel_requeue))
+            slot.send_cancel(attempt)
 
     def abandon(self, attempt: Attempt) -> None:
         slot = self._slot_of(attempt)
@@ -185,6 +185,11 @@ class _Slot:
         with self._send_lock, contextlib.suppress(OSError, ValueError):
             self.conn.send(message)
 
+    def send_cancel(self, attempt: Attempt) -> None:
+        ctx = attempt.ctx
+        job_id = str(attempt.job_id)
+        self.send(("cancel", job_id, ctx.cancel_reason, ctx.cancel_error, ctx.cancel_requeue))
+
     def kill(self) -> None:
         process = self.process
         if process is not None and process.is_alive():
@@ -222,6 +227,8 @@ class _Slot:
                 self.pool.using,
             )
         )
+        if attempt.ctx.is_cancelled:  # asked to stop before this slot took it
+            self.send_cancel(attempt)
         while True:
             try:
                 message = self.conn.recv()
