@@ -170,9 +170,8 @@ def heartbeat_request(body: dict[str, Any]) -> dict[str, Any]:
         if state not in ("running", "quiet", "terminate"):
             raise ValidationError("state must be running, quiet or terminate", field="state")
         out["state"] = state
-    for name in ("hostname",):
-        if body.get(name) is not None:
-            out[name] = _string(body, name)
+    if body.get("hostname") is not None:
+        out["hostname"] = _string(body, "hostname")
     for name in ("pid", "concurrency"):
         value = body.get(name)
         if value is not None:
@@ -248,10 +247,9 @@ def job(job: Job) -> dict[str, Any]:
         delay = job.error.get("retry_delay_ms")
     if delay is not None and job.state != "completed":
         out["retry_delay_ms"] = delay
-    for name in ("previous_state",):
-        value = getattr(job, name, None)
-        if value is not None:
-            out[name] = str(value)
+    previous = getattr(job, "previous_state", None)
+    if previous is not None:
+        out["previous_state"] = str(previous)
     for name in ("activated_at", "re_enqueued_at"):
         value = getattr(job, name, None)
         if value is not None:

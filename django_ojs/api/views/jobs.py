@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from rest_framework.response import Response
@@ -87,9 +88,7 @@ class JobActivateView(OJSView):
         return Response({"job": serializers.job(job)})
 
 
-def _uuid(job_id: str) -> Any:
-    import uuid
-
+def _uuid(job_id: str) -> uuid.UUID:
     try:
         return uuid.UUID(job_id)
     except ValueError:

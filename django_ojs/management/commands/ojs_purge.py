@@ -5,6 +5,7 @@ For development and test databases, e.g. between conformance tests. API keys are
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -26,7 +27,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not options["yes"]:
-            if not options.get("interactive", True) or not self.stdin_isatty():
+            if not sys.stdin.isatty():
                 raise CommandError("Refusing to delete every job without --yes.")
             answer = input("Delete every job, event, worker and queue? Type 'yes': ")
             if answer.strip().lower() != "yes":
@@ -36,9 +37,3 @@ class Command(BaseCommand):
             self.stdout.write(
                 "Deleted " + ", ".join(f"{n} {name}" for name, n in counts.items()) + "."
             )
-
-    @staticmethod
-    def stdin_isatty() -> bool:
-        import sys
-
-        return sys.stdin.isatty()
