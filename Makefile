@@ -18,7 +18,7 @@ CONF_DB ?= ojs_conformance
 CONF_PORT ?= 18765
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-sqlite test-postgres test-django6 conformance browser-deps lint check-migrations bench db-up clean
+.PHONY: help demo test test-sqlite test-postgres test-django6 conformance browser-deps lint check-migrations bench bench-worker db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -32,9 +32,12 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## Create the virtualenv and install django-ojs with its dev tools
 
-demo: $(VENV)/.installed ## Run the example project (SQLite) at http://127.0.0.1:8000/admin/ (admin/admin)
+demo: $(VENV)/.installed ## Run the example project (SQLite) at http://127.0.0.1:8000/admin/ (admin/admin), with a worker
 	$(PY) manage.py migrate --noinput
 	DJANGO_SUPERUSER_PASSWORD=admin $(PY) manage.py createsuperuser --noinput --username admin --email admin@example.com 2>/dev/null || true
+	@# The worker runs in the background and is stopped (SIGTERM: graceful) when runserver exits.
+	@$(PY) manage.py ojs_worker --queues default,email & worker=$$!; \
+	trap 'kill -TERM $$worker 2>/dev/null; wait $$worker' EXIT; \
 	$(PY) manage.py runserver 127.0.0.1:$(DEMO_PORT)
 
 lint: $(VENV)/.installed ## ruff check and format check
@@ -95,6 +98,10 @@ test: lint check-migrations browser-deps test-sqlite test-postgres test-django6 
 
 bench: $(VENV)/.installed ## Run the benchmarks on PostgreSQL (by hand; see docs/explanation/performance.md)
 	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench $(PY) bench/enqueue.py
+
+bench-worker: $(VENV)/.installed ## Worker drain throughput and pickup latency on PostgreSQL (see docs/explanation/performance-worker.md)
+	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench_worker $(PY) bench/drain.py --concurrency 500
+	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench_worker $(PY) bench/pickup_latency.py
 
 db-up: ## Start a local PostgreSQL with docker compose (if you have no server on 5432)
 	docker compose up -d postgres

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_ojs import worker
 from django_ojs.conf import settings
@@ -40,6 +40,10 @@ class Command(BaseCommand):
         parser.add_argument("--database", default=None, help="Database alias (default OJS_DATABASE).")  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["concurrency"] is not None and options["concurrency"] < 1:
+            raise CommandError("--concurrency must be at least 1")
+        if options["queues"] == []:
+            raise CommandError("--queues needs at least one queue name")
         status = worker.run(
             queues=options["queues"],
             concurrency=options["concurrency"],
