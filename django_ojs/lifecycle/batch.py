@@ -166,7 +166,6 @@ def fail_many(
                     attempt=job.attempt,
                     now=now,
                 )
-            extra = ("job.timeout",) if entry.get("type") == "timeout" else ()
-            settle_failure(job, entry, using, now, requeue=requeue, extra_events=extra)
+            settle_failure(job, entry, using, now, requeue=requeue)
             done.append(job.id)
     return done

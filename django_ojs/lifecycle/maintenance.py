@@ -176,11 +176,13 @@ def rescue_expired(*, now: datetime | None = None, using: str | None = None) -> 
             elif job.timeout_at is not None and job.timeout_at <= now:
                 limit = timeout_ms(job)
                 error = _timeout_error(
-                    "execution", "timeout", limit, elapsed,
+                    "execution",
+                    "timeout",
+                    limit,
+                    elapsed,
                     f"Job execution exceeded timeout of {limit / 1000:g} seconds "
                     f"(plus a {grace_ms(job) / 1000:g} second grace period)",
-                )  # fmt: skip
-                extra_events = ("job.timeout",)
+                )  # fmt: skip (settle_failure adds the job.timeout event)
             elif job.stalled_at is not None and job.stalled_at <= now:
                 limit = heartbeat_timeout_ms(job)
                 error = _timeout_error(

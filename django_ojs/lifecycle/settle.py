@@ -151,6 +151,10 @@ def settle_failure(
         )
     cas(job, operation, using, **fields)
 
+    if entry.get("type") == "timeout" and "job.timeout" not in extra_events:
+        # Timeouts §11.1: every execution timeout, found by the reaper or reported by the
+        # worker (FAIL, ack_many's fail_many), is also a job.timeout event.
+        extra_events = ("job.timeout", *extra_events)
     short = failure.summary(entry)
     items: list[tuple[str, Job, dict[str, Any]]] = [
         (kind, job, {"attempt": job.attempt, "error": short}) for kind in extra_events

@@ -71,7 +71,10 @@ def test_threads_claim_every_job_exactly_once():
     assert len(set(everything)) == total  # nobody got a job twice
     assert Job.objects.filter(state="completed").count() == total
     assert not Job.objects.exclude(state="completed").exists()
-    assert sum(1 for ids in claimed if ids) > 1  # the work really was shared
+    if connection.vendor == "postgresql":
+        # With SKIP LOCKED the claimers run side by side; SQLite serialises writers, so
+        # there one thread may legitimately drain everything before the others start.
+        assert sum(1 for ids in claimed if ids) > 1
     attempts = Counter(Job.objects.values_list("attempt", flat=True))
     assert attempts == {1: total}
 

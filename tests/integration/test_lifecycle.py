@@ -412,6 +412,12 @@ def test_fail__invalid_error_and_wrong_state():
     assert Job.objects.get(pk=active.pk).state == "active"
 
 
+def test_fail__reported_timeout_emits_job_timeout():
+    django_ojs.enqueue("a", retry={"max_attempts": 2})
+    job = lifecycle.fail(claim_one().id, {"type": "timeout", "message": "too slow"})
+    assert event_types(job)[-3:] == ["job.timeout", "job.failed", "job.retrying"]
+
+
 def test_fail__events_carry_error_summary():
     django_ojs.enqueue("a", retry={"max_attempts": 2})
     job = lifecycle.fail(
