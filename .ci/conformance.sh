@@ -33,8 +33,12 @@ mkdir -p "$LOG_DIR"
 SKIPS=(L1-WRK-002 L1-WRK-003 L1-RTR-014)
 
 if [ ! -f "$SUITES_DIR/run.py" ]; then
-    echo "ERROR: no conformance runner at $SUITES_DIR/run.py (set OJS_CONFORMANCE_DIR)." >&2
-    exit 1
+    if [ "${CI:-}" = "true" ]; then
+        echo "ERROR: no conformance runner at $SUITES_DIR/run.py (set OJS_CONFORMANCE_DIR)." >&2
+        exit 1
+    fi
+    echo "WARNING: no conformance runner at $SUITES_DIR/run.py: the conformance suites were NOT run (set OJS_CONFORMANCE_DIR; CI=true makes this an error)." >&2
+    exit 0
 fi
 
 export OJS_API_AUTH=none            # the runner sends no credentials
