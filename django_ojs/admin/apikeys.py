@@ -15,6 +15,7 @@ from django.template.response import TemplateResponse
 
 from django_ojs import apikeys
 from django_ojs.admin import bulk
+from django_ojs.admin.base import ReadOnlyAdmin
 from django_ojs.models import ApiKey
 
 
@@ -44,26 +45,21 @@ def _revoke(pk: Any) -> str | None:
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(ReadOnlyAdmin):
     list_display = ("name", "key_id", "scope", "status", "created_at", "last_used_at", "revoked_at")
     list_filter = ("scope", ActiveFilter)
     search_fields = ("name", "prefix")
     actions = ("revoke_keys",)
     readonly_fields = ("key_id", "status", "created_at", "last_used_at", "revoked_at")
 
-    class Media:
-        css = {"all": ("ojs/admin.css",)}
-
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         if obj is None:
             return ["name", "scope"]
         return ["name", "key_id", "scope", "status", "created_at", "last_used_at", "revoked_at"]
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # Keys are created here (shown once); never edited or deleted, only revoked.
+        return admin.ModelAdmin.has_add_permission(self, request)
 
     def has_revoke_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("ojs.change_apikey")

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from django_ojs import queues as queue_ops
 from django_ojs.admin import charts, display
+from django_ojs.admin.base import ReadOnlyAdmin
 from django_ojs.admin.workers import stale_before
 from django_ojs.conf import settings
 from django_ojs.models import Dashboard, Event, Job, Worker
@@ -198,26 +199,14 @@ def context(now: datetime | None = None) -> dict[str, Any]:
 
 
 @admin.register(Dashboard)
-class DashboardAdmin(admin.ModelAdmin):
+class DashboardAdmin(ReadOnlyAdmin):
     """The admin index entry "Dashboard": its changelist is the dashboard page."""
-
-    class Media:
-        css = {"all": ("ojs/admin.css",)}
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("ojs.view_job") or super().has_view_permission(request, obj)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return request.user.has_module_perms("ojs")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[Any]:
         # Only the page itself: no object views under /admin/ojs/dashboard/<pk>/.

@@ -25,6 +25,7 @@ from django.utils.safestring import SafeString
 
 from django_ojs import lifecycle, states
 from django_ojs.admin import bulk, display
+from django_ojs.admin.base import ReadOnlyAdmin
 from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound
 from django_ojs.models import Event, Job, Worker
@@ -176,7 +177,7 @@ class FinishedFilter(admin.SimpleListFilter):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdmin):
     """Every job: filter, search, inspect, and act through the lifecycle."""
 
     list_display = (
@@ -216,19 +217,6 @@ class JobAdmin(admin.ModelAdmin):
         ("Policy", {"classes": ("collapse",),
                     "fields": ("retry_json", "unique_json", "timeouts", "extra_json")}),
     )  # fmt: skip
-
-    class Media:
-        css = {"all": ("ojs/admin.css",)}
-
-    # Jobs are machine-owned: nothing is added, edited or deleted by hand.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("ojs.cancel_job")

@@ -19,6 +19,7 @@ from django.urls import reverse
 
 from django_ojs import queues as queue_ops
 from django_ojs.admin import bulk
+from django_ojs.admin.base import ReadOnlyAdmin
 from django_ojs.models import Queue
 from django_ojs.states import JobState
 
@@ -45,23 +46,11 @@ def jobs_url(**params: str) -> str:
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(ReadOnlyAdmin):
     """Queues with their counts by state; pausing needs ``ojs.pause_queue``."""
 
     fields = ("name", "paused", "paused_at", "created_at")
     readonly_fields = fields
-
-    class Media:
-        css = {"all": ("ojs/admin.css",)}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("ojs.pause_queue")

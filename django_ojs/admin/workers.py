@@ -22,6 +22,7 @@ from django.utils.safestring import SafeString
 
 from django_ojs import lifecycle
 from django_ojs.admin import bulk, display
+from django_ojs.admin.base import ReadOnlyAdmin
 from django_ojs.conf import settings
 from django_ojs.models import Job, Worker
 from django_ojs.states import JobState
@@ -83,7 +84,7 @@ DIRECTIVES: dict[str, tuple[str, str, str, str, str]] = {
 
 
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(ReadOnlyAdmin):
     list_display = (
         "id",
         "hostname",
@@ -102,18 +103,6 @@ class WorkerAdmin(admin.ModelAdmin):
     fields = ("id", "hostname", "pid", "queue_list", "concurrency", "labels", "reported_state",
               "requested", "active_jobs", "held_jobs", "heartbeat", "started_at")  # fmt: skip
     readonly_fields = fields
-
-    class Media:
-        css = {"all": ("ojs/admin.css",)}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_direct_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("ojs.direct_worker")
