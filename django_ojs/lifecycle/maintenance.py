@@ -20,8 +20,8 @@ from django_ojs.drivers import get_driver
 from django_ojs.exceptions import InvalidTransition
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.policy import grace_ms, heartbeat_timeout_ms, timeout_ms
-from django_ojs.lifecycle.settle import settle_failure
-from django_ojs.lifecycle.store import cas, db, trim_history
+from django_ojs.lifecycle.settle import discard_with, settle_failure
+from django_ojs.lifecycle.store import db
 from django_ojs.lifecycle.workers import stale_before
 from django_ojs.models import Event, Job, Queue, Worker
 from django_ojs.states import JobState
@@ -123,30 +123,24 @@ def expire_stale(*, now: datetime | None = None, using: str | None = None) -> in
                 )  # fmt: skip
                 kind = "job.ttl_expired"
             entry = failure.entry({**error, "retryable": False}, attempt=job.attempt, now=now)
+            expiry = {
+                "created_at": job.created_at,
+                "expired_at": now,
+                "ttl_ms": job.enqueue_ttl_ms,
+                "error": failure.summary(entry),
+            }
             try:
-                cas(
+                discard_with(
                     job,
-                    "expire",
+                    entry,
                     using,
-                    state=JobState.DISCARDED,
-                    discarded_at=now,
-                    completed_at=now,
-                    next_attempt_at=None,
-                    error=entry,
-                    errors=trim_history([*(job.errors or []), entry]),
+                    now,
+                    operation="expire",
+                    reason=entry["type"],
+                    first=(kind, expiry),
                 )
             except InvalidTransition:
                 continue
-            events.emit_many(
-                [
-                    (kind, job, {"created_at": job.created_at, "expired_at": now,
-                                 "ttl_ms": job.enqueue_ttl_ms, "error": failure.summary(entry)}),
-                    ("job.discarded", job, {"total_attempts": job.attempt,
-                                            "last_error": failure.summary(entry), "reason": entry["type"]}),
-                ],
-                using,
-                now,
-            )  # fmt: skip
             count += 1
     return count
 

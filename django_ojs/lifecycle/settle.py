@@ -338,29 +338,45 @@ def discard(
             attempt=job.attempt,
             now=now,
         )
-        cas(
-            job,
-            "discard",
-            using,
-            state=JobState.DISCARDED,
-            discarded_at=now,
-            completed_at=now,
-            dead_letter=True,
-            next_attempt_at=None,
-            error=entry,
-            errors=trim_history([*(job.errors or []), entry]),
-            **_RELEASE,
-        )
-        events.emit_job(
-            "job.discarded",
-            job,
-            using,
-            now,
-            total_attempts=job.attempt,
-            last_error=failure.summary(entry),
-            reason="operator",
-            discarded_by=by,
-        )
+        discard_with(job, entry, using, now, operation="discard", reason="operator", by=by)
+    return job
+
+
+def discard_with(
+    job: Job,
+    entry: dict[str, Any],
+    using: str,
+    now: datetime,
+    *,
+    operation: str,
+    reason: str,
+    by: str | None = None,
+    first: tuple[str, dict[str, Any]] | None = None,
+) -> Job:
+    """End ``job`` as ``discarded`` now, recording ``entry``; emit ``first`` then job.discarded.
+
+    Operator discards land in the dead letter (``dead_letter=True``); expiry does not.
+    """
+    cas(
+        job,
+        operation,
+        using,
+        state=JobState.DISCARDED,
+        discarded_at=now,
+        completed_at=now,
+        dead_letter=operation == "discard",
+        next_attempt_at=None,
+        error=entry,
+        errors=trim_history([*(job.errors or []), entry]),
+        **_RELEASE,
+    )
+    summary = failure.summary(entry)
+    discarded = {"total_attempts": job.attempt, "last_error": summary, "reason": reason}
+    if by is not None:
+        discarded["discarded_by"] = by
+    items = [(first[0], job, first[1])] if first else []
+    items.append(("job.discarded", job, discarded))
+    events.emit_many(items, using, now)
     return job
 
 
