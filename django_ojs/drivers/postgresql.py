@@ -68,6 +68,12 @@ UUID7_SQL = (
     "FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid"
 )
 
+# Events §8.3: a job's meta.trace_id travels in every event's data (as events.job_data
+# does in Python); shared by the SQL that writes events in bulk.
+_TRACE_ID_SQL = """CASE WHEN jsonb_typeof(meta -> 'trace_id') IS NOT NULL
+                     AND jsonb_typeof(meta -> 'trace_id') <> 'null'
+                THEN jsonb_build_object('trace_id', meta -> 'trace_id') ELSE '{}' END"""
+
 # Why raw SQL: the job.started events of a claim, built in the claim statement from the
 # rows it claimed (the same data as ``events.job_data``: job_id, job_type, queue, state,
 # trace_id, worker_id, attempt), instead of one Python object and one COPY row per job.
@@ -76,9 +82,7 @@ CLAIM_EVENTS_CTE = f""", started AS (
     SELECT {UUID7_SQL}, 'job.started', %(source)s, id::text, %(now)s, id, queue,
         jsonb_build_object('job_id', id::text, 'job_type', type, 'queue', queue,
                            'state', 'active', 'attempt', attempt)
-        || CASE WHEN jsonb_typeof(meta -> 'trace_id') IS NOT NULL
-                     AND jsonb_typeof(meta -> 'trace_id') <> 'null'
-                THEN jsonb_build_object('trace_id', meta -> 'trace_id') ELSE '{{}}' END
+        || {_TRACE_ID_SQL}
         || CASE WHEN %(worker_id)s::text IS NOT NULL
                 THEN jsonb_build_object('worker_id', %(worker_id)s::text) ELSE '{{}}' END
     FROM claimed
@@ -160,9 +164,7 @@ WITH input AS (
     SELECT {UUID7_SQL}, 'job.completed', %(source)s, id::text, %(now)s, id, queue,
         jsonb_build_object('job_id', id::text, 'job_type', type, 'queue', queue,
                            'state', 'completed', 'attempt', attempt)
-        || CASE WHEN jsonb_typeof(meta -> 'trace_id') IS NOT NULL
-                     AND jsonb_typeof(meta -> 'trace_id') <> 'null'
-                THEN jsonb_build_object('trace_id', meta -> 'trace_id') ELSE '{{}}' END
+        || {_TRACE_ID_SQL}
         || CASE WHEN started_at IS NOT NULL
                 THEN jsonb_build_object('duration_ms',
                      round(extract(epoch FROM %(now)s - started_at) * 1000)::bigint)
