@@ -147,19 +147,8 @@ COPY_THRESHOLD = 50
 # §5.6), and the events are built from exactly the rows it changed (the same data as
 # ``events.job_data`` + ``settle.ack``: job_id, job_type, queue, state, trace_id, attempt,
 # duration_ms, result). NULL results stay SQL NULL, as ``ack(result=None)`` stores them.
-ACK_MANY_SQL = f"""
-WITH input AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(results)s::jsonb[])
-        AS t(id, attempt, result)
-), done AS (
-    UPDATE ojs_job AS j SET
-        state = 'completed', completed_at = %(now)s, result = input.result, error = NULL,
-        visible_until = NULL, timeout_at = NULL, stalled_at = NULL
-    FROM input
-    WHERE j.id = input.id AND j.state = 'active' AND j.worker_id = %(worker_id)s
-      AND j.attempt = input.attempt
-    RETURNING j.id, j.type, j.queue, j.attempt, j.started_at, j.meta, input.result
-), events AS (
+# The job.completed events of the rows a completion statement changed (``done``).
+_COMPLETED_EVENTS_CTE = f"""events AS (
     INSERT INTO ojs_event (id, type, source, subject, time, job_id, queue, data)
     SELECT {UUID7_SQL}, 'job.completed', %(source)s, id::text, %(now)s, id, queue,
         jsonb_build_object('job_id', id::text, 'job_type', type, 'queue', queue,
@@ -172,8 +161,37 @@ WITH input AS (
         || CASE WHEN result IS NOT NULL THEN jsonb_build_object('result', result)
                 ELSE '{{}}' END
     FROM done WHERE %(store_events)s
-)
+)"""
+ACK_MANY_SQL = f"""
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(results)s::jsonb[])
+        AS t(id, attempt, result)
+), done AS (
+    UPDATE ojs_job AS j SET
+        state = 'completed', completed_at = %(now)s, result = input.result, error = NULL,
+        visible_until = NULL, timeout_at = NULL, stalled_at = NULL
+    FROM input
+    WHERE j.id = input.id AND j.state = 'active' AND j.worker_id = %(worker_id)s
+      AND j.attempt = input.attempt
+    RETURNING j.id, j.type, j.queue, j.attempt, j.started_at, j.meta, input.result
+), {_COMPLETED_EVENTS_CTE}
 SELECT id FROM done
+"""
+
+# Why raw SQL: the same one-statement completion for a single ACK (Python API, HTTP).
+# Its happy path is one round trip instead of six (BEGIN, SELECT … FOR UPDATE, UPDATE,
+# event INSERT, COMMIT); when no row matches, the caller falls back to the locked path,
+# which says precisely why (not found, not active, another worker's reservation).
+ACK_ONE_SQL = f"""
+WITH done AS (
+    UPDATE ojs_job AS j SET
+        state = 'completed', completed_at = %(now)s, result = %(result)s, error = NULL,
+        visible_until = NULL, timeout_at = NULL, stalled_at = NULL
+    WHERE j.id = %(id)s AND j.state = 'active'
+      AND (%(worker_id)s::text IS NULL OR j.worker_id IS NULL OR j.worker_id = %(worker_id)s)
+    RETURNING j.*
+), {_COMPLETED_EVENTS_CTE}
+SELECT * FROM done
 """
 
 # Why raw SQL: advisory locks have no ORM equivalent. The transaction-scoped variant is
@@ -307,6 +325,28 @@ class PostgreSQLDriver:
         with connections[self.using].cursor() as cursor:
             cursor.execute(ACK_MANY_SQL, params)
             return [row[0] for row in cursor.fetchall()]
+
+    def ack_one(
+        self,
+        job_id: Any,
+        result: Any,
+        *,
+        worker_id: str | None,
+        now: datetime,
+        source: str,
+        store_events: bool,
+    ) -> Job | None:
+        """Complete one active job in one statement; ``None`` if no row qualified."""
+        params = {
+            "id": job_id,
+            "result": None if result is None else Jsonb(result),
+            "worker_id": worker_id,
+            "now": now,
+            "source": source,
+            "store_events": store_events,
+        }
+        rows = list(Job.objects.db_manager(self.using).raw(ACK_ONE_SQL, params))
+        return rows[0] if rows else None
 
     def after_push(self, queues: set[str], available: set[str]) -> None:
         with connections[self.using].cursor() as cursor:

@@ -276,6 +276,35 @@ def test_ack__completes_and_stores_any_json_result(result):
     assert completed.data["attempt"] == 1 and completed.data["duration_ms"] >= 0
 
 
+def test_ack__one_statement_and_locked_paths_agree(django_capture_on_commit_callbacks):
+    """PostgreSQL completes in one statement unless a signal receiver needs the rows."""
+    for _ in range(2):
+        django_ojs.enqueue("a", [1], meta={"trace_id": "t-1"})
+    fast_job = claim_one()
+    fast = lifecycle.ack(fast_job.id, {"n": 1}, worker_id="w1")
+    received = []
+    handler = lambda sender, event, **kw: received.append(event)  # noqa: E731
+    signals.event_emitted.connect(handler)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            locked_job = claim_one()
+            locked = lifecycle.ack(locked_job.id, {"n": 1}, worker_id="w1")
+    finally:
+        signals.event_emitted.disconnect(handler)
+    assert (fast.state, locked.state) == ("completed", "completed")
+    for job in (fast, locked):
+        stored = Job.objects.get(pk=job.pk)
+        assert (stored.state, stored.result, stored.visible_until) == ("completed", {"n": 1}, None)
+    data = [Event.objects.get(job_id=j.id, type="job.completed").data for j in (fast, locked)]
+    for d in data:
+        d.pop("job_id"), d.pop("duration_ms")
+    assert data[0] == data[1] == {
+        "job_type": "a", "queue": "default", "state": "completed", "attempt": 1,
+        "trace_id": "t-1", "result": {"n": 1},
+    }  # fmt: skip
+    assert [e["type"] for e in received][-1] == "job.completed"
+
+
 def test_ack__clears_previous_error_but_keeps_history():
     django_ojs.enqueue("a", retry=NO_JITTER)
     lifecycle.fail(claim_one().id, "first")
