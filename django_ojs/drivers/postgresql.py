@@ -194,6 +194,26 @@ WITH done AS (
 SELECT * FROM done
 """
 
+# Why raw SQL: the job.enqueued / job.scheduled events of a bulk push, built in SQL from
+# the rows just copied (the same data as ``events.job_data`` + ``push._enqueue_event``:
+# job_id, job_type, queue, state, trace_id, priority, scheduled_at), instead of one
+# Python row and one COPY row per job.
+ENQUEUE_EVENTS_SQL = f"""
+INSERT INTO ojs_event (id, type, source, subject, time, job_id, queue, data)
+SELECT {UUID7_SQL},
+    CASE WHEN state = 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END,
+    %(source)s, id::text, %(now)s, id, queue,
+    jsonb_build_object('job_id', id::text, 'job_type', type, 'queue', queue, 'state', state)
+    || {_TRACE_ID_SQL}
+    || CASE WHEN state = 'scheduled' THEN '{{}}'::jsonb
+            ELSE jsonb_build_object('priority', priority) END
+    || CASE WHEN scheduled_at IS NULL THEN '{{}}'::jsonb
+            ELSE jsonb_build_object('scheduled_at', to_char(scheduled_at AT TIME ZONE 'UTC',
+                                    'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) END
+FROM ojs_job AS j WHERE j.id = ANY(%(ids)s::uuid[])
+ORDER BY j.id
+"""
+
 # Why raw SQL: advisory locks have no ORM equivalent. The transaction-scoped variant is
 # released at COMMIT/ROLLBACK, so a reaper that dies can never keep the leadership.
 TRY_LOCK_SQL = "SELECT pg_try_advisory_xact_lock(hashtext(%s))"
@@ -291,6 +311,16 @@ class PostgreSQLDriver:
         self.insert_events(events)
         self.after_push({job.queue for job in jobs}, available)
 
+    def push_many(
+        self, jobs: list[Job], available: set[str], *, now: datetime, source: str
+    ) -> None:
+        """Bulk push whose enqueue events are written in SQL (no Python event rows)."""
+        self.push(jobs, [], available)
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(
+                ENQUEUE_EVENTS_SQL, {"ids": [job.id for job in jobs], "now": now, "source": source}
+            )
+
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         if not rows:
             return
@@ -370,8 +400,12 @@ def _dumps(value: Any) -> str:
     return json.dumps(value)
 
 
+_JOB_ATTNAMES = tuple(f.attname for f in Job._meta.concrete_fields)
+
+
 def _job_values(job: Job) -> list[Any]:
-    values = [getattr(job, f.attname) for f in Job._meta.concrete_fields]
+    fields = job.__dict__  # plain attribute values: faster than getattr on the bulk path
+    values = [fields[name] for name in _JOB_ATTNAMES]
     for i in _JSON_JOB_COLUMNS:
         if values[i] is not None:
             values[i] = Jsonb(values[i], dumps=_dumps)

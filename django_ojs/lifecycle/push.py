@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 from uuid6 import uuid7
 
-from django_ojs import envelope
+from django_ojs import envelope, signals
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec
@@ -113,8 +113,21 @@ def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job
         return []
     given = [row.id for row, spec in zip(rows, specs, strict=False) if spec.id is not None]
     driver = get_driver(using)
-    event_rows = events.job_rows([_enqueue_event(row) for row in rows], now)
     available = {row.queue for row in rows if row.state == JobState.AVAILABLE}
+    listened = signals.event_emitted.has_listeners()
+    bulk = getattr(driver, "push_many", None)
+    if len(rows) > 1 and bulk is not None and not listened and settings.STORE_EVENTS:
+        # The driver writes the enqueue events in SQL: no Python event rows needed.
+        with transaction.atomic(using=using):
+            if given:
+                _refuse_duplicates(given, using)
+            bulk(rows, available, now=now, source=settings.EVENT_SOURCE)
+        return _saved(rows, using)
+    event_rows = (
+        events.job_rows([_enqueue_event(row) for row in rows], now)
+        if listened or settings.STORE_EVENTS
+        else []
+    )
     stored = event_rows if settings.STORE_EVENTS else []
     if len(rows) == 1 and not given and driver.single_statement_push:
         # One atomic statement: no transaction of our own (a savepoint inside the
@@ -126,6 +139,10 @@ def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job
                 _refuse_duplicates(given, using)
             driver.push(rows, stored, available)
     events.signal(event_rows, using)
+    return _saved(rows, using)
+
+
+def _saved(rows: list[Job], using: str) -> list[Job]:
     for row in rows:
         row._state.adding = False
         row._state.db = using

@@ -10,7 +10,7 @@ from django.utils import timezone
 from uuid6 import uuid7
 
 import django_ojs
-from django_ojs import lifecycle, queues, signals
+from django_ojs import envelope, lifecycle, queues, signals
 from django_ojs.exceptions import (
     DuplicateJob,
     InvalidTransition,
@@ -110,6 +110,41 @@ def test_enqueue_many__all_or_nothing():
     assert Job.objects.filter(queue="bulk", state="available").count() == 50
     assert Event.objects.filter(type="job.enqueued").count() == 50
     assert [j.args for j in jobs] == [[i] for i in range(50)]
+
+
+def test_enqueue_many__sql_and_python_event_paths_agree(django_capture_on_commit_callbacks):
+    """PostgreSQL writes bulk enqueue events in SQL unless a signal receiver needs rows."""
+    at = timezone.now() + timedelta(hours=1)
+    batch = [
+        {"type": "a", "priority": 3, "meta": {"trace_id": "t-9"}},
+        {"type": "b", "scheduled_at": at, "queue": "later"},
+    ]
+    first = django_ojs.enqueue_many(batch)
+    received = []
+    handler = lambda sender, event, **kw: received.append(event["type"])  # noqa: E731
+    signals.event_emitted.connect(handler)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            second = django_ojs.enqueue_many(batch)
+    finally:
+        signals.event_emitted.disconnect(handler)
+    assert received == ["job.enqueued", "job.scheduled"]
+
+    def stored(jobs):
+        out = []
+        for job in jobs:
+            event = Event.objects.get(job_id=job.id)
+            data = dict(event.data)
+            assert data.pop("job_id") == str(job.id)
+            out.append((event.type, event.subject == str(job.id), data))
+        return out
+
+    assert stored(first) == stored(second) == [
+        ("job.enqueued", True, {"job_type": "a", "queue": "default", "state": "available",
+                                "priority": 3, "trace_id": "t-9"}),
+        ("job.scheduled", True, {"job_type": "b", "queue": "later", "state": "scheduled",
+                                 "scheduled_at": envelope.format_timestamp(at)}),
+    ]  # fmt: skip
 
 
 def test_enqueue_many__duplicate_ids_in_batch():
