@@ -36,8 +36,10 @@ demo: $(VENV)/.installed ## Run the example project (SQLite) at http://127.0.0.1
 	$(PY) manage.py migrate --noinput
 	DJANGO_SUPERUSER_PASSWORD=admin $(PY) manage.py createsuperuser --noinput --username admin --email admin@example.com 2>/dev/null || true
 	@# The worker runs in the background and is stopped (SIGTERM: graceful) when runserver exits.
+	@# A producer enqueues a mix of demo jobs every few seconds so the admin shows work flowing.
 	@$(PY) manage.py ojs_worker --queues default,email & worker=$$!; \
-	trap 'kill -TERM $$worker 2>/dev/null; wait $$worker' EXIT; \
+	$(PY) manage.py demo_producer & producer=$$!; \
+	trap 'kill -TERM $$producer $$worker 2>/dev/null; wait $$producer $$worker' EXIT; \
 	$(PY) manage.py runserver 127.0.0.1:$(DEMO_PORT)
 
 lint: $(VENV)/.installed ## ruff check and format check
