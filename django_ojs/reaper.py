@@ -47,24 +47,34 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
     """One maintenance pass. Loops each step until its batch comes back short."""
     using = db(using)
     result = PassResult()
-    with transaction.atomic(using=using):
-        if not get_driver(using).try_lock(LOCK_NAME):
-            return PassResult(leader=False)
-        for name, step in (
-            ("promoted", lifecycle.promote_due),
-            ("expired", lifecycle.expire_stale),
-            ("rescued", lifecycle.rescue_expired),
-            ("recovered", lifecycle.recover_dead_workers),
-        ):
-            total = 0
-            while True:
+    driver = get_driver(using)
+    steps = [
+        ("promoted", lifecycle.promote_due),
+        ("expired", lifecycle.expire_stale),
+        ("rescued", lifecycle.rescue_expired),
+        ("recovered", lifecycle.recover_dead_workers),
+    ]
+    for name, step in steps:
+        total = 0
+        while True:
+            # Each batch commits on its own, so a promoted job is claimable at once and
+            # no row stays locked for the whole pass. The leadership lock is taken per
+            # transaction: another reaper that holds it now does this batch instead.
+            with transaction.atomic(using=using):
+                if not driver.try_lock(LOCK_NAME):
+                    # Another reaper leads now: report what this one did before that.
+                    result.leader = bool(result.moved or total)
+                    setattr(result, name, total)
+                    return result
                 moved = step(using=using)
-                total += moved
-                if moved < lifecycle.maintenance.BATCH:
-                    break
-            setattr(result, name, total)
-        if prune:
-            result.pruned = prune_expired(using=using)
+            total += moved
+            if moved < lifecycle.maintenance.BATCH:
+                break
+        setattr(result, name, total)
+    if prune:
+        with transaction.atomic(using=using):
+            if driver.try_lock(LOCK_NAME):
+                result.pruned = prune_expired(using=using)
     return result
 
 

@@ -86,11 +86,13 @@ def fetch(
     )
     event_source = settings.EVENT_SOURCE if in_claim and settings.STORE_EVENTS else None
     with transaction.atomic(using=using):
-        if worker_id:
-            _touch_worker(worker_id, list(queues), using, now)
         # Lazy promotion: a retry or scheduled job whose time has come is fetchable now,
         # not only after the reaper's next pass (a backoff is a minimum wait, retry §5).
-        promote_due(now=now, queues=list(queues), using=using)
+        # It waits for a promotion the reaper has in flight (the reaper only ever skips
+        # locked rows, so it never waits on us): each statement below then sees it.
+        promote_due(now=now, queues=list(queues), wait=True, using=using)
+        if worker_id:
+            _touch_worker(worker_id, list(queues), using, now)
         for queue in dict.fromkeys(queues):  # keep order, drop repeats
             remaining = count - len(claimed)
             if remaining <= 0:

@@ -29,10 +29,10 @@ from django_ojs.states import JobState
 BATCH = 500
 
 
-def _lock(qs: QuerySet[Job], using: str) -> list[Job]:
-    """Lock a batch of rows, skipping rows another transaction holds."""
+def _lock(qs: QuerySet[Job], using: str, *, wait: bool = False) -> list[Job]:
+    """Lock a batch of rows, skipping rows another transaction holds (unless ``wait``)."""
     if get_driver(using).vendor == "postgresql":
-        qs = qs.select_for_update(skip_locked=True)
+        qs = qs.select_for_update(skip_locked=not wait)
     return list(qs[:BATCH])
 
 
@@ -40,11 +40,14 @@ def promote_due(
     *,
     now: datetime | None = None,
     queues: Sequence[str] | None = None,
+    wait: bool = False,
     using: str | None = None,
 ) -> int:
     """``scheduled → available`` and ``retryable → available`` for jobs whose time has come.
 
     ``queues`` limits the pass to those queues (``fetch`` promotes lazily this way).
+    With ``wait``, rows another transaction is promoting are waited for, not skipped:
+    ``fetch`` must not miss a due job because the reaper is promoting it at that instant.
     """
     using = db(using)
     now = now or timezone.now()
@@ -52,7 +55,7 @@ def promote_due(
     if queues is not None:
         due = due.filter(queue__in=list(queues))
     with transaction.atomic(using=using):
-        jobs = _lock(due.order_by("id"), using)
+        jobs = _lock(due.order_by("id"), using, wait=wait)
         if not jobs:
             return 0
         ids = [j.id for j in jobs]

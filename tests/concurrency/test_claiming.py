@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -198,3 +199,31 @@ def test_rescue_races_with_a_heartbeat_without_losing_the_job():
         assert stored.error["type"] == "visibility_timeout"
     else:
         assert stored.worker_id == "w"
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_fetch_during_a_reaper_promotion_still_gets_the_due_job():
+    """A fetch racing the reaper's promotion of a due retry must not come back empty."""
+    django_ojs.enqueue(
+        "a", retry={"max_attempts": 3, "initial_interval": "PT0.1S", "jitter": False}
+    )
+    job = lifecycle.fetch(["default"])[0]
+    lifecycle.fail(job.id, "boom")
+    time.sleep(0.2)  # the retry is due, for the reaper and for the fetch alike
+    promoting, release = threading.Event(), threading.Event()
+    got = {}
+
+    def reaper_promotes(_):
+        with transaction.atomic():
+            got["promoted"] = lifecycle.promote_due()
+            promoting.set()
+            release.wait(10)  # the promotion is not committed yet
+
+    def worker_fetches(_):
+        promoting.wait(10)
+        threading.Timer(0.3, release.set).start()
+        got["fetched"] = [j.id for j in lifecycle.fetch(["default"])]
+
+    _run_threads(2, lambda i: (reaper_promotes if i == 0 else worker_fetches)(i))
+    assert got == {"promoted": 1, "fetched": [job.id]}
