@@ -27,6 +27,19 @@ class ClaimDefaults:
 
 
 class Driver(Protocol):
+    """What every driver implements.
+
+    Optional fast paths, looked up with ``getattr`` by ``lifecycle`` and used only when no
+    receiver is connected to ``signals.event_emitted`` (they write event rows in SQL, and
+    the signal needs Python rows); the PostgreSQL driver has them, SQLite does not:
+
+    * ``claim_writes_events`` (bool): ``claim`` also writes the ``job.started`` events;
+    * ``push_many(jobs, available, *, now, source)``: bulk push with enqueue events in SQL;
+    * ``ack_one(job_id, result, *, worker_id, now, source, store_events)``: one-statement
+      ACK returning the completed job, or ``None`` when no row qualifies;
+    * ``ack_many(items, *, worker_id, now, source, store_events)``: one-statement batch ACK.
+    """
+
     vendor: str
 
     def claim(

@@ -30,10 +30,12 @@ BATCH = 500
 
 
 def _lock(qs: QuerySet[Job], using: str, *, wait: bool = False) -> list[Job]:
-    """Lock a batch of rows, skipping rows another transaction holds (unless ``wait``)."""
-    if get_driver(using).vendor == "postgresql":
-        qs = qs.select_for_update(skip_locked=not wait)
-    return list(qs[:BATCH])
+    """Lock a batch of rows, skipping rows another transaction holds (unless ``wait``).
+
+    On SQLite ``select_for_update`` does nothing (its IMMEDIATE transaction already holds
+    the single write lock), so this needs no vendor branch.
+    """
+    return list(qs.select_for_update(skip_locked=not wait)[:BATCH])
 
 
 def promote_due(
