@@ -14,6 +14,7 @@ from django.utils import timezone
 from uuid6 import uuid7
 
 from django_ojs import envelope, states
+from django_ojs.policy import default_retry_policy
 from django_ojs.states import JobState
 
 
@@ -168,8 +169,6 @@ class Job(models.Model):
 
     def to_wire(self) -> dict[str, Any]:
         """The job as an OJS JSON envelope."""
-        from django_ojs.lifecycle.policy import default_retry_policy
-
         return envelope.to_wire(self, default_retry=default_retry_policy(self.max_attempts))
 
 

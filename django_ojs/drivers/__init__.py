@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from django.db import connections
 
-from django_ojs.drivers.base import ClaimDefaults, Driver, Listener
+from django_ojs.drivers.base import Driver, Listener
 
-__all__ = ["ClaimDefaults", "Driver", "Listener", "UnsupportedDatabase", "get_driver"]
+__all__ = ["Driver", "Listener", "UnsupportedDatabase", "get_driver"]
 
 _drivers: dict[tuple[str, str], Driver] = {}
 

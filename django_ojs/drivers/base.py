@@ -8,22 +8,12 @@ database vendor.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from django_ojs.models import Job
-
-
-@dataclass(frozen=True)
-class ClaimDefaults:
-    """Configured defaults (ms) for jobs that do not set their own timeouts."""
-
-    visibility_ms: int
-    timeout_ms: int
-    grace_ms: int
-    heartbeat_timeout_ms: int
+    from django_ojs.policy import Durations
 
 
 class Driver(Protocol):
@@ -50,7 +40,7 @@ class Driver(Protocol):
         worker_id: str | None,
         now: datetime,
         visibility_ms: int | None,
-        defaults: ClaimDefaults,
+        defaults: Durations,
         fields: Sequence[str] | None = None,
         event_source: str | None = None,
     ) -> list[Job]:

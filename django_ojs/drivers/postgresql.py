@@ -15,8 +15,8 @@ from typing import Any
 from django.db import connections
 from psycopg.types.json import Jsonb
 
-from django_ojs.drivers.base import ClaimDefaults
 from django_ojs.models import Job
+from django_ojs.policy import Durations
 
 CHANNEL = "ojs_job_available"
 
@@ -236,7 +236,7 @@ class PostgreSQLDriver:
         worker_id: str | None,
         now: datetime,
         visibility_ms: int | None,
-        defaults: ClaimDefaults,
+        defaults: Durations,
         fields: Sequence[str] | None = None,
         event_source: str | None = None,
     ) -> list[Job]:

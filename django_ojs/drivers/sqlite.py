@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db.models import F, Q
 
-from django_ojs.drivers.base import ClaimDefaults
 from django_ojs.models import Event, Job, Queue
+from django_ojs.policy import Durations
 
 
 def _ms(n: int) -> timedelta:
@@ -42,7 +42,7 @@ class SQLiteDriver:
         worker_id: str | None,
         now: datetime,
         visibility_ms: int | None,
-        defaults: ClaimDefaults,
+        defaults: Durations,
         fields: Sequence[str] | None = None,  # full rows either way: SQLite reads them anyway
         event_source: str | None = None,  # never given: claim_writes_events is False
     ) -> list[Job]:

@@ -10,7 +10,7 @@ transaction. Vendor-specific SQL is behind ``django_ojs.drivers``.
 from __future__ import annotations
 
 from django_ojs.lifecycle.batch import ack_many, fail_many
-from django_ojs.lifecycle.claim import fetch
+from django_ojs.lifecycle.claim import fetch, listen
 from django_ojs.lifecycle.maintenance import (
     expire_stale,
     promote_due,
@@ -32,6 +32,7 @@ from django_ojs.lifecycle.settle import (
     retry_discarded,
     run_now,
 )
+from django_ojs.lifecycle.store import db as database
 from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, set_directive
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "activate",
     "beat",
     "cancel",
+    "database",
     "delete_discarded",
     "deregister",
     "discard",
@@ -50,6 +52,7 @@ __all__ = [
     "fail",
     "fail_many",
     "fetch",
+    "listen",
     "promote_due",
     "prune",
     "purge",

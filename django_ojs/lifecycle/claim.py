@@ -15,24 +15,15 @@ from django.utils import timezone
 
 from django_ojs import signals
 from django_ojs.conf import settings
-from django_ojs.drivers import ClaimDefaults, get_driver
+from django_ojs.drivers import Listener, get_driver
 from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.maintenance import promote_due
-from django_ojs.lifecycle.policy import requested_ms
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job, Worker
+from django_ojs.policy import configured, requested_ms
 
 MAX_FETCH_COUNT = 1000
-
-
-def claim_defaults() -> ClaimDefaults:
-    return ClaimDefaults(
-        visibility_ms=round(settings.VISIBILITY_TIMEOUT * 1000),
-        timeout_ms=round(settings.EXECUTION_TIMEOUT * 1000),
-        grace_ms=round(settings.GRACE_PERIOD * 1000),
-        heartbeat_timeout_ms=round(settings.HEARTBEAT_TIMEOUT * 1000),
-    )
 
 
 def fetch(
@@ -75,7 +66,7 @@ def fetch(
             f"count must be an integer from 1 to {MAX_FETCH_COUNT}", field="count"
         )
     visibility_ms = requested_ms(visibility_timeout, "visibility_timeout")
-    defaults = claim_defaults()
+    defaults = configured()
     driver = get_driver(using)
     now = timezone.now()
     claimed: list[Job] = []
@@ -129,3 +120,12 @@ def _touch_worker(worker_id: str, queues: list[str], using: str, now) -> None:
         unique_fields=["id"],
         update_fields=["last_heartbeat_at"],
     )
+
+
+def listen(queues: Sequence[str], *, using: str | None = None) -> Listener:
+    """A new listener that wakes when work may be available in ``queues`` (one per loop).
+
+    PostgreSQL: a dedicated ``LISTEN`` connection; SQLite: polling. Call ``wait(timeout)``,
+    ``wake()`` from another thread, and ``close()`` when done.
+    """
+    return get_driver(db(using)).listener(list(queues))

@@ -19,11 +19,11 @@ from django_ojs import envelope, failure
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import InvalidTransition
 from django_ojs.lifecycle import events
-from django_ojs.lifecycle.policy import grace_ms, heartbeat_timeout_ms, timeout_ms
 from django_ojs.lifecycle.settle import discard_with, settle_failure
 from django_ojs.lifecycle.store import db
 from django_ojs.lifecycle.workers import stale_before
 from django_ojs.models import Event, Job, Queue, Worker
+from django_ojs.policy import effective, ms_to_seconds
 from django_ojs.states import JobState
 
 BATCH = 500
@@ -173,17 +173,18 @@ def rescue_expired(*, now: datetime | None = None, using: str | None = None) -> 
                 )  # fmt: skip
                 extra_events, force = ("job.total_timeout",), True
             elif job.timeout_at is not None and job.timeout_at <= now:
-                limit = timeout_ms(job)
+                durations = effective(job)
+                limit = durations.timeout_ms
                 error = _timeout_error(
                     "execution",
                     "timeout",
                     limit,
                     elapsed,
                     f"Job execution exceeded timeout of {limit / 1000:g} seconds "
-                    f"(plus a {grace_ms(job) / 1000:g} second grace period)",
+                    f"(plus a {ms_to_seconds(durations.grace_ms):g} second grace period)",
                 )  # fmt: skip (settle_failure adds the job.timeout event)
             elif job.stalled_at is not None and job.stalled_at <= now:
-                limit = heartbeat_timeout_ms(job)
+                limit = effective(job).heartbeat_timeout_ms
                 error = _timeout_error(
                     "stalled", "stalled", limit, now - (job.heartbeat_at or job.started_at or now),
                     f"No heartbeat for {limit / 1000:g} seconds: the job is stalled",

@@ -21,9 +21,9 @@ from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import DuplicateJob, ValidationError
 from django_ojs.lifecycle import events
-from django_ojs.lifecycle.policy import default_retry_policy, millis
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job
+from django_ojs.policy import default_retry_policy, ms_delta
 from django_ojs.retry import RetryPolicy
 from django_ojs.states import JobState
 
@@ -46,8 +46,8 @@ def _row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
     else:
         state = JobState.AVAILABLE.value
     policy = spec.retry
-    deadline = now + millis(spec.total_timeout_ms) if spec.total_timeout_ms else None
-    ttl = now + millis(spec.enqueue_ttl_ms) if spec.enqueue_ttl_ms else None
+    deadline = now + ms_delta(spec.total_timeout_ms) if spec.total_timeout_ms else None
+    ttl = now + ms_delta(spec.enqueue_ttl_ms) if spec.enqueue_ttl_ms else None
     values = {
         "id": spec.id or uuid7(),
         "type": spec.type,

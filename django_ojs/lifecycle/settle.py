@@ -18,7 +18,6 @@ from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import JobNotFound, ValidationError
 from django_ojs.lifecycle import events
-from django_ojs.lifecycle.policy import millis, retry_policy, timeout_ms
 from django_ojs.lifecycle.store import (
     cas,
     db,
@@ -29,11 +28,12 @@ from django_ojs.lifecycle.store import (
     trim_history,
 )
 from django_ojs.models import Job
+from django_ojs.policy import effective, elapsed_ms, ms_delta, retry_policy
 from django_ojs.states import JobState
 
 
 def _duration_ms(job: Job, now: datetime) -> int | None:
-    return round((now - job.started_at).total_seconds() * 1000) if job.started_at else None
+    return elapsed_ms(job.started_at, now)
 
 
 _RELEASE = {"visible_until": None, "timeout_at": None, "stalled_at": None}
@@ -151,7 +151,7 @@ def settle_failure(
     if (
         decision.state != "discarded"
         and job.deadline_at is not None
-        and now + millis(decision.delay_ms + timeout_ms(job)) > job.deadline_at
+        and now + ms_delta(decision.delay_ms + effective(job).timeout_ms) > job.deadline_at
     ):
         decision = retry.Decision(
             "discarded", dead_letter=policy.on_exhaustion == "dead_letter", reason="total_timeout"
@@ -162,7 +162,7 @@ def settle_failure(
     history = trim_history([*(job.errors or []), entry])
     fields: dict[str, Any] = {"error": entry, "errors": history, **_RELEASE}
     if decision.state == "retryable":
-        fields.update(state=JobState.RETRYABLE, next_attempt_at=now + millis(decision.delay_ms))
+        fields.update(state=JobState.RETRYABLE, next_attempt_at=now + ms_delta(decision.delay_ms))
     elif decision.state == "available":
         fields.update(state=JobState.AVAILABLE, enqueued_at=now, next_attempt_at=None)
     else:

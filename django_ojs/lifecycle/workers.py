@@ -19,14 +19,9 @@ from django.utils import timezone
 from django_ojs.conf import settings
 from django_ojs.exceptions import ValidationError, WorkerNotFound
 from django_ojs.lifecycle import events
-from django_ojs.lifecycle.policy import (
-    heartbeat_timeout_ms,
-    millis,
-    requested_ms,
-    visibility_ms,
-)
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job, Worker
+from django_ojs.policy import configured, effective, ms_delta, requested_ms
 from django_ojs.states import JobState
 
 DIRECTIVES = ("", "quiet", "terminate")
@@ -173,16 +168,20 @@ def beat(
                       "heartbeat_timeout_ms")
             )  # fmt: skip
             groups: dict[tuple[int, int], list[Job]] = defaultdict(list)
+            defaults = configured()
             for job in owned:
-                groups[(visibility_ms(job, requested), heartbeat_timeout_ms(job))].append(job)
+                d = effective(job, visibility_ms=requested, defaults=defaults)
+                groups[(d.visibility_ms, d.heartbeat_timeout_ms)].append(job)
             for (vis, hb), jobs in groups.items():
                 Job.objects.using(using).filter(
                     id__in=[j.id for j in jobs], state=JobState.ACTIVE
                 ).update(
-                    visible_until=now + millis(vis), stalled_at=now + millis(hb), heartbeat_at=now
+                    visible_until=now + ms_delta(vis),
+                    stalled_at=now + ms_delta(hb),
+                    heartbeat_at=now,
                 )
                 for job in jobs:
-                    job.visible_until = now + millis(vis)
+                    job.visible_until = now + ms_delta(vis)
             extended = [str(job.id) for job in owned]
             events.emit_many(
                 [

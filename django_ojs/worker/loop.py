@@ -26,9 +26,9 @@ from django_ojs import lifecycle, reaper
 from django_ojs.conf import settings
 from django_ojs.context import JobContext
 from django_ojs.drivers import get_driver
-from django_ojs.lifecycle.policy import ms
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job
+from django_ojs.policy import Durations, configured, effective, ms_to_seconds
 from django_ojs.registry import Registry, registry
 from django_ojs.worker import execution
 from django_ojs.worker.attempt import Attempt
@@ -276,7 +276,7 @@ class Worker:
                 self._poke.wait(self.poll_interval)
                 continue
             # Configured defaults read once per batch (Django settings are slow to read).
-            defaults = (settings.EXECUTION_TIMEOUT, settings.GRACE_PERIOD)
+            defaults = configured()
             for job in jobs:
                 self._submit(job, started, defaults)
             if len(jobs) < free:
@@ -297,8 +297,9 @@ class Worker:
             free = self.concurrency - len(self.running)
         return free
 
-    def _submit(self, job: Any, started: float, defaults: tuple[float, float]) -> None:
+    def _submit(self, job: Any, started: float, defaults: Durations) -> None:
         handler = self.handlers.get(job.type)
+        durations = effective(job, defaults=defaults)
         ctx = JobContext(
             partial(load_envelope, job.id, self.using),
             job_id=str(job.id),
@@ -313,8 +314,8 @@ class Worker:
             args=list(job.args or []),
             handler=handler,
             ctx=ctx,
-            timeout=ms(job.timeout_ms, defaults[0]) / 1000,
-            grace=ms(job.grace_period_ms, defaults[1]) / 1000,
+            timeout=ms_to_seconds(durations.timeout_ms),
+            grace=ms_to_seconds(durations.grace_ms),
             started=started,
         )
         ctx._progress = lambda value, message, data: self._progress(attempt, value, message, data)

@@ -11,15 +11,15 @@ from django.utils import timezone
 
 import django_ojs
 from django_ojs.drivers import get_driver
-from django_ojs.lifecycle.claim import claim_defaults
 from django_ojs.models import Job, Queue
+from django_ojs.policy import configured
 
 
 def claim(queue, limit, **kwargs):
     with transaction.atomic():
         return get_driver("default").claim(
             queue, limit, worker_id="w", now=timezone.now(), visibility_ms=None,
-            defaults=claim_defaults(), **kwargs,
+            defaults=configured(), **kwargs,
         )  # fmt: skip
 
 

@@ -13,8 +13,8 @@ from django_ojs.api.permissions import PRODUCER
 from django_ojs.api.views.base import OJSView
 from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound, ValidationError
-from django_ojs.lifecycle.policy import default_retry_policy
 from django_ojs.models import Job
+from django_ojs.policy import default_retry_policy
 
 
 def _spec(body: Any) -> envelope.JobSpec:
