@@ -80,3 +80,8 @@ def can_transition(from_state: str, to_state: str) -> bool:
 def allowed_from(operation: str) -> frozenset[str]:
     """The states ``operation`` may be applied to."""
     return OPERATIONS[operation]
+
+
+#: Job fields that only mean something while an attempt runs (its deadlines); every
+#: transition out of ``active`` clears them.
+RELEASED_FIELDS = ("visible_until", "timeout_at", "stalled_at")

@@ -7,9 +7,31 @@ from __future__ import annotations
 
 from django.db import connections
 
-from django_ojs.drivers.base import Driver, Listener
+from django_ojs.drivers.base import (
+    Completion,
+    Driver,
+    EventMode,
+    EventRow,
+    Listener,
+    Written,
+    enqueue_event,
+    job_data,
+    job_rows,
+)
 
-__all__ = ["Driver", "Listener", "UnsupportedDatabase", "get_driver"]
+__all__ = [
+    "Completion",
+    "Driver",
+    "EventMode",
+    "EventRow",
+    "Listener",
+    "UnsupportedDatabase",
+    "Written",
+    "enqueue_event",
+    "get_driver",
+    "job_data",
+    "job_rows",
+]
 
 _drivers: dict[tuple[str, str], Driver] = {}
 

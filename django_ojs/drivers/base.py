@@ -1,37 +1,135 @@
-"""The driver contract: the few operations whose SQL differs between databases.
+"""The engine contract: every operation whose SQL or strategy differs between databases.
 
-``lifecycle`` calls a driver for the claim, for queue registration + wake-up notification
-after a push, and for waiting on new work. Nothing else in django-ojs branches on the
-database vendor.
+``lifecycle`` keeps the rules (which transition, which error, which event); a driver keeps
+the statements. Every member of :class:`Driver` is abstract: each driver implements all of
+them, so nothing is looked up at run time and no path depends on who listens to a signal.
+Statements that write events hand back the rows they wrote (``INSERT … RETURNING`` on
+PostgreSQL), so ``event_emitted`` receivers get exactly what was stored.
+
+The event payloads written by drivers follow ``job_data`` below (OJS events §3):
+``job.started`` (claim: ``worker_id``, ``attempt``), ``job.enqueued`` (push: ``priority``,
+``scheduled_at``), ``job.scheduled`` (push of a future job: ``scheduled_at``) and
+``job.completed`` (``attempt``, ``duration_ms``, ``result``). The driver suite
+(``tests/drivers/``) runs the same assertions on every driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from django.db.models import QuerySet
+from django.utils import timezone
+from uuid6 import uuid7
+
+from django_ojs import envelope
+from django_ojs.models import Event, Job
 
 if TYPE_CHECKING:
-    from django_ojs.models import Job
+    import uuid
+
     from django_ojs.policy import Durations
 
 
-class Driver(Protocol):
-    """What every driver implements.
+class EventMode(enum.Enum):
+    """What a driver does with the events of a statement."""
 
-    Optional fast paths, looked up with ``getattr`` by ``lifecycle`` and used only when no
-    receiver is connected to ``signals.event_emitted`` (they write event rows in SQL, and
-    the signal needs Python rows); the PostgreSQL driver has them, SQLite does not:
+    #: Neither stored nor wanted (``OJS_STORE_EVENTS`` off, no signal receiver).
+    NONE = "none"
+    #: Built and returned, not stored (``OJS_STORE_EVENTS`` off, a receiver is connected).
+    RETURN = "return"
+    #: Stored in ``ojs_event`` in the same transaction, and returned.
+    STORE = "store"
 
-    * ``claim_writes_events`` (bool): ``claim`` also writes the ``job.started`` events;
-    * ``push_many(jobs, available, *, now, source)``: bulk push with enqueue events in SQL;
-    * ``ack_one(job_id, result, *, worker_id, now, source, store_events)``: one-statement
-      ACK returning the completed job, or ``None`` when no row qualifies;
-    * ``ack_many(items, *, worker_id, now, source, store_events)``: one-statement batch ACK.
+
+class EventRow(NamedTuple):
+    """One ``ojs_event`` row, in column order (without the ``seq`` key)."""
+
+    id: Any
+    type: str
+    source: str
+    subject: str
+    time: datetime
+    job_id: Any
+    queue: str
+    data: dict[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        return Event(**self._asdict()).to_wire()
+
+
+def job_data(job: Job, **data: Any) -> dict[str, Any]:
+    """The data every job event carries (events §3, conformance L0-EVT-002)."""
+    out: dict[str, Any] = {
+        "job_id": str(job.id),
+        "job_type": job.type,
+        "queue": job.queue,
+        "state": str(job.state),
+    }
+    trace_id = job.meta.get("trace_id") if isinstance(job.meta, dict) else None
+    if trace_id is not None:
+        out["trace_id"] = trace_id  # events §8.3: MUST propagate
+    for key, value in data.items():
+        if isinstance(value, datetime):
+            value = envelope.format_timestamp(value)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def job_rows(
+    items: Iterable[tuple[str, Job, dict[str, Any]]], source: str, when: datetime | None = None
+) -> list[EventRow]:
+    """Build (not store) the event rows for ``(kind, job, data)`` items."""
+    when = when or timezone.now()
+    return [
+        EventRow(uuid7(), kind, source, str(job.id), when, job.id, job.queue, job_data(job, **data))
+        for kind, job, data in items
+    ]
+
+
+def enqueue_event(job: Job) -> tuple[str, Job, dict[str, Any]]:
+    """The event a push writes for ``job``: ``job.scheduled`` or ``job.enqueued``."""
+    if job.state == "scheduled":
+        return ("job.scheduled", job, {"scheduled_at": job.scheduled_at})
+    return ("job.enqueued", job, {"priority": job.priority, "scheduled_at": job.scheduled_at})
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One ACK: complete ``job_id`` with ``result`` if it is still active.
+
+    ``attempt`` (when given) must match the job's current attempt (worker protocol §5.6).
     """
+
+    job_id: uuid.UUID
+    attempt: int | None
+    result: Any
+
+
+@dataclass
+class Written:
+    """Jobs a statement changed, and the event rows it wrote (or built) for them."""
+
+    jobs: list[Job] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)
+
+
+class Driver(ABC):
+    """What every driver implements. One instance per database alias; stateless."""
 
     vendor: str
 
+    def __init__(self, using: str):
+        self.using = using
+
+    # ------------------------------------------------------------------ claim
+
+    @abstractmethod
     def claim(
         self,
         queue: str,
@@ -41,54 +139,113 @@ class Driver(Protocol):
         now: datetime,
         visibility_ms: int | None,
         defaults: Durations,
-        fields: Sequence[str] | None = None,
-        event_source: str | None = None,
-    ) -> list[Job]:
+        fields: Sequence[str] | None,
+        events: EventMode,
+        source: str,
+    ) -> Written:
         """Atomically move up to ``limit`` available jobs of ``queue`` to ``active``.
 
-        ``fields``: load only these job fields (and ``id``); a driver may load more.
-        ``event_source``: write the ``job.started`` events too, with this source (only
-        asked of drivers whose ``claim_writes_events`` is true).
-
-        Order: priority high→low, then FIFO (id). Skips paused queues and jobs past their
-        ``stale_at``. Sets ``attempt += 1``, ``started_at``, ``worker_id`` and the
-        visibility/timeout/stall deadlines. Runs inside the caller's transaction.
+        Order: priority high→low, then FIFO (id); the returned jobs keep that order. Skips
+        paused queues and jobs past their ``stale_at``. Sets ``attempt += 1``,
+        ``started_at``, ``worker_id``, ``heartbeat_at`` and the ``visible_until``,
+        ``timeout_at`` (timeout + grace) and ``stalled_at`` deadlines from
+        :func:`django_ojs.policy.effective`; ``stale_at`` keeps only the expiry and total
+        deadline (the enqueue TTL stops applying). Writes a ``job.started`` event per job.
+        ``fields``: load only these job fields (and ``id``); ``None`` loads all. Runs in
+        the caller's transaction; exactly one caller gets each job (core §6.5(2)).
         """
-        ...
 
-    #: True when :meth:`push` of one job is a single atomic statement, so the caller
-    #: needs no transaction around it.
-    single_statement_push: bool
+    @abstractmethod
+    def promote_due(
+        self, *, now: datetime, queues: Sequence[str] | None, wait: bool, limit: int
+    ) -> list[Job]:
+        """Move up to ``limit`` due ``scheduled``/``retryable`` jobs to ``available``.
 
-    def push(self, jobs: list[Job], events: list[tuple[Any, ...]], available: set[str]) -> None:
-        """Insert new jobs and their event rows, register their queues and wake workers.
-
-        ``available`` names the queues that received available jobs. Runs in the caller's
-        transaction; wake-ups are delivered only on commit.
+        Returns the moved jobs with ``previous_state`` set. With ``wait``, rows another
+        transaction holds are waited for, else skipped. Writes no events and wakes no
+        one: the caller does both. Runs in the caller's transaction.
         """
-        ...
 
-    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        """Insert event rows (``lifecycle.events.EventRow`` tuples) in the transaction."""
-        ...
+    @abstractmethod
+    def lock_rows(self, queryset: QuerySet[Job], *, limit: int, skip_locked: bool) -> list[Job]:
+        """Load and lock up to ``limit`` rows of ``queryset`` (ordered by the caller).
 
+        PostgreSQL: ``FOR UPDATE`` (``SKIP LOCKED`` when asked); SQLite: the IMMEDIATE
+        transaction already holds the single write lock. Call inside a transaction.
+        """
+
+    @abstractmethod
+    def update_if(self, job_id: Any, *, state: str, attempt: int, fields: dict[str, Any]) -> bool:
+        """Compare-and-set: write ``fields`` only if the job is still in ``state``/``attempt``.
+
+        Returns whether the row changed (River's ``JobSetStateIfRunning``).
+        """
+
+    # ------------------------------------------------------------------ push
+
+    @abstractmethod
+    def push_one(self, job: Job, *, event: EventRow | None, available: bool) -> None:
+        """Insert one job (and its ``event``), register its queue, wake workers on commit.
+
+        Atomic on its own: the caller needs no transaction (inside one, it joins it).
+        ``available``: the job is available now, so listeners of its queue are woken.
+        """
+
+    @abstractmethod
+    def push_many(
+        self, jobs: list[Job], *, available: set[str], now: datetime, events: EventMode, source: str
+    ) -> list[EventRow]:
+        """Insert jobs and their enqueue events (:func:`enqueue_event`); register queues.
+
+        ``available`` names the queues that received available jobs (woken on commit).
+        Runs in the caller's transaction. Returns the event rows.
+        """
+
+    @abstractmethod
     def after_push(self, queues: set[str], available: set[str]) -> None:
         """Register ``queues`` (idempotent) and wake workers of the ``available`` ones.
 
-        Runs inside the pushing transaction; wake-ups are delivered only on commit.
+        Runs inside the caller's transaction; wake-ups are delivered only on commit.
         """
-        ...
 
+    # ------------------------------------------------------------------ settle
+
+    @abstractmethod
+    def complete_many(
+        self,
+        items: Sequence[Completion],
+        *,
+        worker_id: str | None,
+        now: datetime,
+        events: EventMode,
+        source: str,
+        fields: Sequence[str] | None,
+    ) -> Written:
+        """ACK: complete each item whose job is still ``active`` (one statement if possible).
+
+        A job qualifies when it is active, on the item's attempt (if given) and reserved
+        by ``worker_id`` (when given; a job claimed without a worker id qualifies too).
+        Sets ``completed_at``, ``result``, clears ``error`` and the deadlines, and writes
+        ``job.completed``. Returns the completed jobs (``fields`` loaded, ``None`` = all)
+        and their events; the others are left alone. Atomic on its own.
+        """
+
+    # ------------------------------------------------------------------ events, locks
+
+    @abstractmethod
+    def insert_events(self, rows: list[EventRow]) -> None:
+        """Insert event rows in the caller's transaction."""
+
+    @abstractmethod
     def try_lock(self, name: str) -> bool:
         """Try to take a lock named ``name`` until the current transaction ends.
 
         Used for leader election among reapers; True when this caller holds it.
         """
-        ...
 
+    @abstractmethod
     def listener(self, queues: list[str]) -> Listener:
         """A new object that waits for work in ``queues`` (one per worker loop)."""
-        ...
 
 
 class Listener(Protocol):

@@ -3,24 +3,22 @@
 SQLite has no ``SKIP LOCKED`` (Django silently ignores ``select_for_update`` there), but
 it serialises writers: with ``transaction_mode = "IMMEDIATE"`` the claiming transaction
 holds the write lock from its first statement, and each row is still claimed with a
-conditional ``UPDATE … WHERE state = 'available'`` whose row count is checked.
+conditional ``UPDATE … WHERE state = 'available'`` whose row count is checked. Everything
+else is the portable ORM implementation (:mod:`django_ojs.drivers.orm`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
 from django.db.models import F, Q
 
-from django_ojs.models import Event, Job, Queue
-from django_ojs.policy import Durations
-
-
-def _ms(n: int) -> timedelta:
-    return timedelta(milliseconds=n)
+from django_ojs.drivers.base import EventMode, Written, job_rows
+from django_ojs.drivers.orm import OrmDriver
+from django_ojs.models import Job, Queue
+from django_ojs.policy import Durations, effective, ms_delta
 
 
 def _earliest(*values: datetime | None) -> datetime | None:
@@ -28,11 +26,8 @@ def _earliest(*values: datetime | None) -> datetime | None:
     return min(present) if present else None
 
 
-class SQLiteDriver:
+class SQLiteDriver(OrmDriver):
     vendor = "sqlite"
-
-    def __init__(self, using: str):
-        self.using = using
 
     def claim(
         self,
@@ -43,11 +38,12 @@ class SQLiteDriver:
         now: datetime,
         visibility_ms: int | None,
         defaults: Durations,
-        fields: Sequence[str] | None = None,  # full rows either way: SQLite reads them anyway
-        event_source: str | None = None,  # never given: claim_writes_events is False
-    ) -> list[Job]:
+        fields: Sequence[str] | None,  # full rows either way: SQLite reads them anyway
+        events: EventMode,
+        source: str,
+    ) -> Written:
         if Queue.objects.using(self.using).filter(name=queue, paused=True).exists():
-            return []
+            return Written()
         candidates = list(
             Job.objects.using(self.using)
             .filter(state="available", queue=queue)
@@ -56,20 +52,15 @@ class SQLiteDriver:
         )
         claimed = []
         for job in candidates:
-            vis = visibility_ms if visibility_ms is not None else job.visibility_timeout_ms
-            vis = vis if vis is not None else defaults.visibility_ms
-            timeout = job.timeout_ms if job.timeout_ms is not None else defaults.timeout_ms
-            grace = job.grace_period_ms if job.grace_period_ms is not None else defaults.grace_ms
-            hb = job.heartbeat_timeout_ms
-            hb = hb if hb is not None else defaults.heartbeat_timeout_ms
-            fields = {
+            d = effective(job, visibility_ms=visibility_ms, defaults=defaults)
+            changes = {
                 "state": "active",
                 "started_at": now,
                 "worker_id": worker_id,
                 "heartbeat_at": now,
-                "visible_until": now + _ms(vis),
-                "timeout_at": now + _ms(timeout + grace),
-                "stalled_at": now + _ms(hb),
+                "visible_until": now + ms_delta(d.visibility_ms),
+                "timeout_at": now + ms_delta(d.timeout_ms + d.grace_ms),
+                "stalled_at": now + ms_delta(d.heartbeat_timeout_ms),
                 # The enqueue TTL stops applying once an attempt has started.
                 "stale_at": _earliest(job.expires_at, job.deadline_at),
             }
@@ -77,35 +68,26 @@ class SQLiteDriver:
             changed = (
                 Job.objects.using(self.using)
                 .filter(pk=job.pk, state="available")
-                .update(attempt=F("attempt") + 1, **fields)
+                .update(attempt=F("attempt") + 1, **changes)
             )
             if changed:
-                for name, value in fields.items():
+                for name, value in changes.items():
                     setattr(job, name, value)
                 job.attempt += 1
                 claimed.append(job)
-        return claimed
-
-    single_statement_push = False
-
-    def push(self, jobs: list[Job], events: list[tuple[Any, ...]], available: set[str]) -> None:
-        if len(jobs) == 1:
-            jobs[0].save(using=self.using, force_insert=True)
-        else:
-            Job.objects.using(self.using).bulk_create(jobs, batch_size=500)
-        self.insert_events(events)
-        self.after_push({job.queue for job in jobs}, available)
-
-    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        if rows:
-            Event.objects.using(self.using).bulk_create(
-                [Event(*(None, *row)) for row in rows], batch_size=500
+        rows = []
+        if claimed and events is not EventMode.NONE:
+            rows = job_rows(
+                (
+                    ("job.started", job, {"worker_id": worker_id, "attempt": job.attempt})
+                    for job in claimed
+                ),
+                source,
+                now,
             )
-
-    def after_push(self, queues: set[str], available: set[str]) -> None:
-        Queue.objects.using(self.using).bulk_create(
-            [Queue(name=name) for name in sorted(queues)], ignore_conflicts=True
-        )
+            if events is EventMode.STORE:
+                self.insert_events(rows)
+        return Written(claimed, rows)
 
     def try_lock(self, name: str) -> bool:
         # An IMMEDIATE transaction already holds SQLite's single write lock.

@@ -13,15 +13,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, JSONField, Value, When
 from django.utils import timezone
 
-from django_ojs import envelope, failure, signals
+from django_ojs import envelope, failure
 from django_ojs.conf import settings
-from django_ojs.drivers import get_driver
+from django_ojs.drivers import Completion, get_driver
 from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import events
-from django_ojs.lifecycle.settle import _RELEASE, _duration_ms, settle_failure
+from django_ojs.lifecycle.settle import settle_failure
 from django_ojs.lifecycle.store import db, parse_id
 from django_ojs.models import Job
 from django_ojs.states import JobState
@@ -58,73 +57,17 @@ def _ack_batch(
 ) -> list[uuid.UUID]:
     if not items:
         return []
-    now = timezone.now()
-    # A driver may complete a batch in one statement (PostgreSQL). It writes the event
-    # rows itself, so it is not used when someone listens to the event signal.
-    fast = getattr(get_driver(using), "ack_many", None)
-    if fast is not None and not signals.event_emitted.has_listeners():
-        # One statement is atomic on its own: no BEGIN/COMMIT round trips needed.
-        return fast(
-            items,
-            worker_id=worker_id,
-            now=now,
-            source=settings.EVENT_SOURCE,
-            store_events=settings.STORE_EVENTS,
-        )
-    return _ack_batch_orm(items, worker_id, using, now)
-
-
-def _ack_batch_orm(
-    items: list[tuple[uuid.UUID, int, Any]], worker_id: str, using: str, now: Any
-) -> list[uuid.UUID]:
-    wanted = {job_id: (attempt, result) for job_id, attempt, result in items}
-    jobs = Job.objects.using(using)
-    with transaction.atomic(using=using):
-        # Rows are locked (PostgreSQL) or the IMMEDIATE transaction holds SQLite's write
-        # lock, so the attempts read here are still current when the UPDATE runs.
-        current = list(
-            jobs.filter(id__in=list(wanted), state=JobState.ACTIVE, worker_id=worker_id)
-            .select_for_update()
-            .only("id", "type", "queue", "state", "attempt", "started_at", "meta")
-        )
-        owned = [job for job in current if job.attempt == wanted[job.id][0]]
-        if not owned:
-            return []
-        with_result = [job for job in owned if wanted[job.id][1] is not None]
-        without = [job.id for job in owned if wanted[job.id][1] is None]
-        common = {"state": JobState.COMPLETED, "completed_at": now, "error": None, **_RELEASE}
-        guard = {"state": JobState.ACTIVE, "worker_id": worker_id}
-        if without:
-            jobs.filter(id__in=without, **guard).update(result=None, **common)
-        if with_result:
-            jobs.filter(id__in=[job.id for job in with_result], **guard).update(
-                result=Case(
-                    *[
-                        When(id=job.id, then=Value(wanted[job.id][1], output_field=JSONField()))
-                        for job in with_result
-                    ],
-                    output_field=JSONField(),
-                ),
-                **common,
-            )
-        items_ = []
-        for job in owned:
-            result = wanted[job.id][1]
-            job.state = JobState.COMPLETED
-            job.result = result
-            items_.append(
-                (
-                    "job.completed",
-                    job,
-                    {
-                        "attempt": job.attempt,
-                        "duration_ms": _duration_ms(job, now),
-                        "result": result,
-                    },
-                )
-            )
-        events.emit_many(items_, using, now)
-    return [job.id for job in owned]
+    # One statement on PostgreSQL, atomic on its own: no BEGIN/COMMIT round trips.
+    written = get_driver(using).complete_many(
+        [Completion(job_id, attempt, result) for job_id, attempt, result in items],
+        worker_id=worker_id,
+        now=timezone.now(),
+        events=events.mode(),
+        source=settings.EVENT_SOURCE,
+        fields=("id",),
+    )
+    events.signal(written.events, using)
+    return [job.id for job in written.jobs]
 
 
 def fail_many(
@@ -149,10 +92,12 @@ def fail_many(
         return done
     now = timezone.now()
     with transaction.atomic(using=using):
-        jobs = list(
-            Job.objects.using(using)
-            .filter(id__in=list(wanted), state=JobState.ACTIVE, worker_id=worker_id)
-            .select_for_update()
+        jobs = get_driver(using).lock_rows(
+            Job.objects.using(using).filter(
+                id__in=list(wanted), state=JobState.ACTIVE, worker_id=worker_id
+            ),
+            limit=len(wanted),
+            skip_locked=False,
         )
         for job in jobs:
             attempt, error, requeue = wanted[job.id]

@@ -13,7 +13,6 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from django_ojs import signals
 from django_ojs.conf import settings
 from django_ojs.drivers import Listener, get_driver
 from django_ojs.exceptions import ValidationError
@@ -70,12 +69,8 @@ def fetch(
     driver = get_driver(using)
     now = timezone.now()
     claimed: list[Job] = []
-    # A driver may write the job.started events in its claim statement (PostgreSQL); the
-    # event signal needs Python rows, so not when someone listens to it.
-    in_claim = getattr(driver, "claim_writes_events", False) and not (
-        signals.event_emitted.has_listeners()
-    )
-    event_source = settings.EVENT_SOURCE if in_claim and settings.STORE_EVENTS else None
+    written: list[events.EventRow] = []
+    mode = events.mode()
     with transaction.atomic(using=using):
         # Lazy promotion: a retry or scheduled job whose time has come is fetchable now,
         # not only after the reaper's next pass (a backoff is a minimum wait, retry §5).
@@ -88,27 +83,21 @@ def fetch(
             remaining = count - len(claimed)
             if remaining <= 0:
                 break
-            claimed.extend(
-                driver.claim(
-                    queue,
-                    remaining,
-                    worker_id=worker_id,
-                    now=now,
-                    visibility_ms=visibility_ms,
-                    defaults=defaults,
-                    fields=fields,
-                    event_source=event_source,
-                )
+            # The driver claims and writes the job.started events in one statement.
+            result = driver.claim(
+                queue,
+                remaining,
+                worker_id=worker_id,
+                now=now,
+                visibility_ms=visibility_ms,
+                defaults=defaults,
+                fields=fields,
+                events=mode,
+                source=settings.EVENT_SOURCE,
             )
-        if claimed and not in_claim:
-            events.emit_many(
-                [
-                    ("job.started", job, {"worker_id": worker_id, "attempt": job.attempt})
-                    for job in claimed
-                ],
-                using,
-                now,
-            )
+            claimed.extend(result.jobs)
+            written.extend(result.events)
+        events.signal(written, using)
     return claimed
 
 

@@ -10,63 +10,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 from uuid6 import uuid7
 
-from django_ojs import envelope, signals
+from django_ojs import signals
 from django_ojs.conf import settings
-from django_ojs.drivers import get_driver
+from django_ojs.drivers import EventMode, EventRow, get_driver, job_data
+from django_ojs.drivers import job_rows as build_rows
 from django_ojs.models import Event, Job
 
-
-class EventRow(NamedTuple):
-    """One ``ojs_event`` row, in column order (without the ``seq`` key)."""
-
-    id: Any
-    type: str
-    source: str
-    subject: str
-    time: datetime
-    job_id: Any
-    queue: str
-    data: dict[str, Any]
-
-    def to_wire(self) -> dict[str, Any]:
-        return Event(**self._asdict()).to_wire()
+__all__ = ["EventRow", "emit_job", "emit_many", "emit_other", "job_data", "job_rows", "mode"]
 
 
-def job_data(job: Job, **data: Any) -> dict[str, Any]:
-    """The data every job event carries (events §3, conformance L0-EVT-002)."""
-    out: dict[str, Any] = {
-        "job_id": str(job.id),
-        "job_type": job.type,
-        "queue": job.queue,
-        "state": str(job.state),
-    }
-    trace_id = (job.meta or {}).get("trace_id") if isinstance(job.meta, dict) else None
-    if trace_id is not None:
-        out["trace_id"] = trace_id  # events §8.3: MUST propagate
-    for key, value in data.items():
-        if isinstance(value, datetime):
-            value = envelope.format_timestamp(value)
-        if value is not None:
-            out[key] = value
-    return out
+def mode() -> EventMode:
+    """What the drivers do with the events of this operation (stored, returned or neither)."""
+    if settings.STORE_EVENTS:
+        return EventMode.STORE
+    # Events that are not stored are still built when a receiver is connected.
+    return EventMode.RETURN if signals.event_emitted.has_listeners() else EventMode.NONE
 
 
 def job_rows(
     items: Iterable[tuple[str, Job, dict[str, Any]]], when: datetime | None = None
 ) -> list[EventRow]:
     """Build (not store) the rows for ``(kind, job, data)`` items."""
-    when = when or timezone.now()
-    source = settings.EVENT_SOURCE
-    return [
-        EventRow(uuid7(), kind, source, str(job.id), when, job.id, job.queue, job_data(job, **data))
-        for kind, job, data in items
-    ]
+    return build_rows(items, settings.EVENT_SOURCE, when)
 
 
 def emit_job(kind: str, job: Job, using: str, when: datetime | None = None, **data: Any) -> None:
@@ -107,7 +78,7 @@ def store(rows: list[EventRow], using: str) -> None:
 
 def signal(rows: list[EventRow], using: str) -> None:
     """Send ``event_emitted`` for each row once the current transaction commits."""
-    if not rows or not signals.event_emitted.has_listeners():
+    if not rows or not signals.event_emitted.has_listeners():  # the one check, where sent
         return
     envelopes = [row.to_wire() for row in rows]
 

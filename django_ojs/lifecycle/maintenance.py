@@ -35,7 +35,7 @@ def _lock(qs: QuerySet[Job], using: str, *, wait: bool = False) -> list[Job]:
     On SQLite ``select_for_update`` does nothing (its IMMEDIATE transaction already holds
     the single write lock), so this needs no vendor branch.
     """
-    return list(qs.select_for_update(skip_locked=not wait)[:BATCH])
+    return get_driver(using).lock_rows(qs, limit=BATCH, skip_locked=not wait)
 
 
 def promote_due(
@@ -53,32 +53,23 @@ def promote_due(
     """
     using = db(using)
     now = now or timezone.now()
-    due = Job.objects.using(using).due(now)
-    if queues is not None:
-        due = due.filter(queue__in=list(queues))
     with transaction.atomic(using=using):
-        jobs = _lock(due.order_by("id"), using, wait=wait)
+        jobs = get_driver(using).promote_due(now=now, queues=queues, wait=wait, limit=BATCH)
         if not jobs:
             return 0
-        ids = [j.id for j in jobs]
-        scheduled = [j for j in jobs if j.state == JobState.SCHEDULED]
-        Job.objects.using(using).filter(id__in=ids).due(now).update(
-            state=JobState.AVAILABLE, enqueued_at=now, next_attempt_at=None
-        )
-        for job in jobs:
-            job.state = JobState.AVAILABLE
         # job.enqueued marks the entry into 'available' of a scheduled job; a retry's
         # return to the queue was announced by job.retrying.
         events.emit_many(
             [
                 ("job.enqueued", j, {"priority": j.priority, "scheduled_at": j.scheduled_at})
-                for j in scheduled
+                for j in jobs
+                if j.previous_state == JobState.SCHEDULED
             ],
             using,
             now,
         )
-        queues = {j.queue for j in jobs}
-        get_driver(using).after_push(queues, queues)
+        moved = {j.queue for j in jobs}
+        get_driver(using).after_push(moved, moved)
     return len(jobs)
 
 

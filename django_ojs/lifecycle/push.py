@@ -15,9 +15,9 @@ from django.db import transaction
 from django.utils import timezone
 from uuid6 import uuid7
 
-from django_ojs import envelope, signals
+from django_ojs import envelope
 from django_ojs.conf import settings
-from django_ojs.drivers import get_driver
+from django_ojs.drivers import EventMode, enqueue_event, get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import DuplicateJob, ValidationError
 from django_ojs.lifecycle import events
@@ -38,7 +38,8 @@ def _earliest(*values: datetime | None) -> datetime | None:
 _FIELDS = [f.attname for f in Job._meta.concrete_fields]
 
 
-def _row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
+def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
+    """The unsaved row a push inserts for ``spec`` (its state follows the schedule)."""
     if spec.pending:  # digest §8.34: pending wins over a future scheduled_at
         state = JobState.PENDING.value
     elif spec.scheduled_at is not None and spec.scheduled_at > now:
@@ -92,12 +93,6 @@ def _defaulted(values: dict[str, Any]) -> list[Any]:
     return _defaulted_fields(frozenset(values))
 
 
-def _enqueue_event(job: Job) -> tuple[str, Job, dict[str, Any]]:
-    if job.state == JobState.SCHEDULED:
-        return ("job.scheduled", job, {"scheduled_at": job.scheduled_at})
-    return ("job.enqueued", job, {"priority": job.priority, "scheduled_at": job.scheduled_at})
-
-
 def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job]:
     """Create jobs atomically: all of them or none (OJS core §7.1, batch variant).
 
@@ -108,37 +103,34 @@ def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job
     specs = list(specs)
     now = timezone.now()
     default_max_attempts = default_retry_policy().max_attempts
-    rows = [_row(spec, now, default_max_attempts) for spec in specs]
+    rows = [job_row(spec, now, default_max_attempts) for spec in specs]
     if not rows:
         return []
     given = [row.id for row, spec in zip(rows, specs, strict=False) if spec.id is not None]
     driver = get_driver(using)
-    available = {row.queue for row in rows if row.state == JobState.AVAILABLE}
-    listened = signals.event_emitted.has_listeners()
-    bulk = getattr(driver, "push_many", None)
-    if len(rows) > 1 and bulk is not None and not listened and settings.STORE_EVENTS:
-        # The driver writes the enqueue events in SQL: no Python event rows needed.
-        with transaction.atomic(using=using):
-            if given:
-                _refuse_duplicates(given, using)
-            bulk(rows, available, now=now, source=settings.EVENT_SOURCE)
-        return _saved(rows, using)
-    event_rows = (
-        events.job_rows([_enqueue_event(row) for row in rows], now)
-        if listened or settings.STORE_EVENTS
-        else []
-    )
-    stored = event_rows if settings.STORE_EVENTS else []
-    if len(rows) == 1 and not given and driver.single_statement_push:
-        # One atomic statement: no transaction of our own (a savepoint inside the
-        # caller's transaction would add two round trips to the hot path).
-        driver.push(rows, stored, available)
+    mode = events.mode()
+    if len(rows) == 1 and not given:
+        # One atomic statement on PostgreSQL: no transaction of our own (a savepoint
+        # inside the caller's transaction would add two round trips to the hot path).
+        job = rows[0]
+        written = events.job_rows([enqueue_event(job)], now) if mode is not EventMode.NONE else []
+        driver.push_one(
+            job,
+            event=written[0] if written and mode is EventMode.STORE else None,
+            available=job.state == JobState.AVAILABLE,
+        )
     else:
         with transaction.atomic(using=using):
             if given:
                 _refuse_duplicates(given, using)
-            driver.push(rows, stored, available)
-    events.signal(event_rows, using)
+            written = driver.push_many(
+                rows,
+                available={row.queue for row in rows if row.state == JobState.AVAILABLE},
+                now=now,
+                events=mode,
+                source=settings.EVENT_SOURCE,
+            )
+    events.signal(written, using)
     return _saved(rows, using)
 
 

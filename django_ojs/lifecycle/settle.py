@@ -13,10 +13,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from django_ojs import envelope, failure, retry, signals
+from django_ojs import envelope, failure, retry, states
 from django_ojs.conf import settings
-from django_ojs.drivers import get_driver
-from django_ojs.exceptions import JobNotFound, ValidationError
+from django_ojs.drivers import Completion, get_driver
+from django_ojs.exceptions import InvalidTransition, JobNotFound, ValidationError
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.store import (
     cas,
@@ -31,12 +31,7 @@ from django_ojs.models import Job
 from django_ojs.policy import effective, elapsed_ms, ms_delta, retry_policy
 from django_ojs.states import JobState
 
-
-def _duration_ms(job: Job, now: datetime) -> int | None:
-    return elapsed_ms(job.started_at, now)
-
-
-_RELEASE = {"visible_until": None, "timeout_at": None, "stalled_at": None}
+_RELEASE: dict[str, Any] = dict.fromkeys(states.RELEASED_FIELDS)
 
 
 def ack(
@@ -50,45 +45,34 @@ def ack(
     using = db(using)
     result = envelope.check_json(result, "result")
     now = timezone.now()
-    # A driver may complete the job in one statement (PostgreSQL). It writes the event
-    # row itself, so it is skipped when someone listens to the event signal; when no row
-    # qualifies, the locked path below raises the precise error.
-    fast = getattr(get_driver(using), "ack_one", None)
-    if fast is not None and not signals.event_emitted.has_listeners():
-        done = fast(
-            parse_id(job_id),
-            result,
-            worker_id=worker_id,
-            now=now,
-            source=settings.EVENT_SOURCE,
-            store_events=settings.STORE_EVENTS,
-        )
-        if done is not None:
-            return done
+    # The happy path is one statement on PostgreSQL. When no row qualifies, the locked
+    # path below says precisely why (not found, not active, another worker's job).
+    done = _complete(job_id, result, worker_id, using, now)
+    if done is not None:
+        return done
     with transaction.atomic(using=using):
         job = locked(job_id, using)
         require(job, "ack")
         require_holder(job, worker_id)
-        cas(
-            job,
-            "ack",
-            using,
-            state=JobState.COMPLETED,
-            completed_at=now,
-            result=result,
-            error=None,  # core §7.3(4): clear the previous attempt's error
-            **_RELEASE,
-        )
-        events.emit_job(
-            "job.completed",
-            job,
-            using,
-            now,
-            attempt=job.attempt,
-            duration_ms=_duration_ms(job, now),
-            result=result,
-        )
-    return job
+        done = _complete(job.id, result, worker_id, using, now)
+        if done is None:  # moved on between the two statements (cannot while locked)
+            raise InvalidTransition(job.id, job.state, "ack", states.allowed_from("ack"))
+    return done
+
+
+def _complete(
+    job_id: Any, result: Any, worker_id: str | None, using: str, now: datetime
+) -> Job | None:
+    written = get_driver(using).complete_many(
+        [Completion(parse_id(job_id), None, result)],
+        worker_id=worker_id,
+        now=now,
+        events=events.mode(),
+        source=settings.EVENT_SOURCE,
+        fields=None,
+    )
+    events.signal(written.events, using)
+    return written.jobs[0] if written.jobs else None
 
 
 def fail(
@@ -187,7 +171,11 @@ def settle_failure(
         (
             "job.failed",
             job,
-            {"attempt": job.attempt, "error": short, "duration_ms": _duration_ms(job, now)},
+            {
+                "attempt": job.attempt,
+                "error": short,
+                "duration_ms": elapsed_ms(job.started_at, now),
+            },
         )
     )
     if decision.state == "retryable":

@@ -13,6 +13,7 @@ from django.db.models import F
 
 from django_ojs import states
 from django_ojs.conf import settings
+from django_ojs.drivers import get_driver
 from django_ojs.exceptions import InvalidTransition, JobNotFound, ReservationMismatch
 from django_ojs.models import Job
 
@@ -32,11 +33,12 @@ def parse_id(job_id: Any) -> uuid.UUID:
 
 def locked(job_id: Any, using: str) -> Job:
     """Load a job with a row lock (PostgreSQL; SQLite holds the database write lock)."""
-    pk = parse_id(job_id)
-    try:
-        return Job.objects.using(using).select_for_update().get(pk=pk)
-    except Job.DoesNotExist:
-        raise JobNotFound(job_id) from None
+    rows = get_driver(using).lock_rows(
+        Job.objects.using(using).filter(pk=parse_id(job_id)), limit=1, skip_locked=False
+    )
+    if not rows:
+        raise JobNotFound(job_id)
+    return rows[0]
 
 
 def require(job: Job, operation: str) -> None:
@@ -62,12 +64,10 @@ def cas(job: Job, operation: str, using: str, **fields: Any) -> Job:
     target = fields.get("state")
     if target is not None and target != job.state and not states.can_transition(job.state, target):
         raise InvalidTransition(job.id, job.state, operation, {job.state})
-    changed = (
-        Job.objects.using(using)
-        .filter(pk=job.pk, state=job.state, attempt=job.attempt)
-        .update(**fields)
+    changed = get_driver(using).update_if(
+        job.pk, state=job.state, attempt=job.attempt, fields=fields
     )
-    if changed != 1:
+    if not changed:
         current = Job.objects.using(using).filter(pk=job.pk).values_list("state", flat=True).first()
         if current is None:
             raise JobNotFound(job.pk)

@@ -1,0 +1,168 @@
+"""Portable implementations of the engine contract, written with the Django ORM.
+
+The SQLite driver is these plus its claim, lock and listener; the PostgreSQL driver
+replaces the hot paths with single statements and keeps the rest. No vendor branches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Case, JSONField, Q, QuerySet, Value, When
+
+from django_ojs.drivers.base import (
+    Completion,
+    Driver,
+    EventMode,
+    EventRow,
+    Written,
+    enqueue_event,
+    job_rows,
+)
+from django_ojs.models import Event, Job, Queue
+from django_ojs.policy import elapsed_ms
+from django_ojs.states import RELEASED_FIELDS
+
+RELEASED: dict[str, Any] = dict.fromkeys(RELEASED_FIELDS)
+
+
+class OrmDriver(Driver):
+    """The ORM half of a driver; subclasses add ``claim``, ``try_lock`` and ``listener``."""
+
+    def promote_due(
+        self, *, now: datetime, queues: Sequence[str] | None, wait: bool, limit: int
+    ) -> list[Job]:
+        due = Job.objects.using(self.using).due(now)
+        if queues is not None:
+            due = due.filter(queue__in=list(queues))
+        jobs = self.lock_rows(due.order_by("id"), limit=limit, skip_locked=not wait)
+        if not jobs:
+            return []
+        Job.objects.using(self.using).filter(id__in=[j.id for j in jobs]).due(now).update(
+            state="available", enqueued_at=now, next_attempt_at=None
+        )
+        for job in jobs:
+            job.previous_state = job.state
+            job.state = "available"
+            job.enqueued_at = now
+            job.next_attempt_at = None
+        return jobs
+
+    def lock_rows(self, queryset: QuerySet[Job], *, limit: int, skip_locked: bool) -> list[Job]:
+        return list(queryset.select_for_update(skip_locked=skip_locked)[:limit])
+
+    def update_if(self, job_id: Any, *, state: str, attempt: int, fields: dict[str, Any]) -> bool:
+        changed = (
+            Job.objects.using(self.using)
+            .filter(pk=job_id, state=state, attempt=attempt)
+            .update(**fields)
+        )
+        return changed == 1
+
+    def push_one(self, job: Job, *, event: EventRow | None, available: bool) -> None:
+        with transaction.atomic(using=self.using):
+            job.save(using=self.using, force_insert=True)
+            if event is not None:
+                self.insert_events([event])
+            self.after_push({job.queue}, {job.queue} if available else set())
+
+    def push_many(
+        self, jobs: list[Job], *, available: set[str], now: datetime, events: EventMode, source: str
+    ) -> list[EventRow]:
+        Job.objects.using(self.using).bulk_create(jobs, batch_size=500)
+        rows = [] if events is EventMode.NONE else job_rows(map(enqueue_event, jobs), source, now)
+        if events is EventMode.STORE:
+            self.insert_events(rows)
+        self.after_push({job.queue for job in jobs}, available)
+        return rows
+
+    def after_push(self, queues: set[str], available: set[str]) -> None:
+        Queue.objects.using(self.using).bulk_create(
+            [Queue(name=name) for name in sorted(queues)], ignore_conflicts=True
+        )
+
+    def complete_many(
+        self,
+        items: Sequence[Completion],
+        *,
+        worker_id: str | None,
+        now: datetime,
+        events: EventMode,
+        source: str,
+        fields: Sequence[str] | None,
+    ) -> Written:
+        wanted = {item.job_id: item for item in items}
+        jobs = Job.objects.using(self.using)
+        guard = Q(state="active")
+        if worker_id is not None:
+            guard &= Q(worker_id=worker_id) | Q(worker_id__isnull=True)
+        with transaction.atomic(using=self.using):
+            # Rows are locked (PostgreSQL) or the IMMEDIATE transaction holds SQLite's
+            # write lock, so the attempts read here are still current when the UPDATE runs.
+            current = jobs.filter(guard, id__in=list(wanted)).select_for_update()
+            if fields is not None:
+                current = current.only(
+                    *{"id", "type", "queue", "state", "attempt", "started_at", "meta", *fields}
+                )
+            owned = [
+                job
+                for job in current
+                if wanted[job.id].attempt is None or job.attempt == wanted[job.id].attempt
+            ]
+            if not owned:
+                return Written()
+            common: dict[str, Any] = {
+                "state": "completed",
+                "completed_at": now,
+                "error": None,
+                **RELEASED,
+            }
+            with_result = [job.id for job in owned if wanted[job.id].result is not None]
+            without = [job.id for job in owned if wanted[job.id].result is None]
+            if without:
+                jobs.filter(guard, id__in=without).update(result=None, **common)
+            if with_result:
+                jobs.filter(guard, id__in=with_result).update(
+                    result=Case(
+                        *[
+                            When(id=i, then=Value(wanted[i].result, output_field=JSONField()))
+                            for i in with_result
+                        ],
+                        output_field=JSONField(),
+                    ),
+                    **common,
+                )
+            for job in owned:
+                job.result = wanted[job.id].result
+                for name, value in common.items():
+                    setattr(job, name, value)
+            rows: list[EventRow] = []
+            if events is not EventMode.NONE:
+                rows = job_rows(
+                    (
+                        (
+                            "job.completed",
+                            job,
+                            {
+                                "attempt": job.attempt,
+                                "duration_ms": elapsed_ms(job.started_at, now),
+                                "result": job.result,
+                            },
+                        )
+                        for job in owned
+                    ),
+                    source,
+                    now,
+                )
+            if events is EventMode.STORE:
+                self.insert_events(rows)
+        return Written(owned, rows)
+
+    def insert_events(self, rows: list[EventRow]) -> None:
+        if rows:
+            Event.objects.using(self.using).bulk_create(
+                [Event(*(None, *row)) for row in rows], batch_size=500
+            )

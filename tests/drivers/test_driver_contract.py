@@ -1,0 +1,360 @@
+"""The engine contract: every ``Driver`` method, called directly, with the same tests.
+
+This module runs against whichever database the run uses; CI runs the whole suite on
+SQLite and on PostgreSQL, so each driver passes exactly these assertions (River's
+``riverdrivertest``, Oban's ``for engine <- [Basic, Lite]``). The event payloads a driver
+writes (in SQL or in Python) must equal ``job_data`` built in Python.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+from uuid6 import uuid7
+
+import django_ojs
+from django_ojs.drivers import (
+    Completion,
+    Driver,
+    EventMode,
+    Written,
+    enqueue_event,
+    get_driver,
+    job_data,
+    job_rows,
+)
+from django_ojs.envelope import build
+from django_ojs.lifecycle.push import job_row
+from django_ojs.models import Event, Job, Queue
+from django_ojs.policy import configured, default_retry_policy, effective, ms_delta
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+SOURCE = "ojs://driver-suite"
+
+
+@pytest.fixture
+def driver() -> Driver:
+    return get_driver("default")
+
+
+def claim(driver, queue="default", limit=10, *, events=EventMode.STORE, fields=None, **kw):
+    params = {"worker_id": "w-1", "now": timezone.now(), "visibility_ms": None}
+    params.update(kw)
+    with transaction.atomic():
+        return driver.claim(
+            queue, limit, defaults=configured(), fields=fields, events=events, source=SOURCE,
+            **params,
+        )  # fmt: skip
+
+
+def new_job(**options) -> Job:
+    """An unsaved job row as ``push`` builds it (not inserted)."""
+    spec = build(
+        options.pop("type", "suite.job"),
+        options.pop("args", [1]),
+        max_bytes=1 << 20,
+        retry_base=default_retry_policy(),
+        **options,
+    )
+    return job_row(spec, timezone.now(), 3)
+
+
+def stored_events(job_id) -> list[Event]:
+    return list(Event.objects.filter(job_id=job_id).order_by("seq"))
+
+
+# ---------------------------------------------------------------- the contract itself
+
+
+def test_every_operation_is_declared_abstract_and_implemented(driver):
+    declared = {
+        name
+        for name, member in vars(Driver).items()
+        if getattr(member, "__isabstractmethod__", False)
+    }
+    assert declared >= {
+        "claim", "promote_due", "lock_rows", "update_if", "push_one", "push_many",
+        "after_push", "complete_many", "insert_events", "try_lock", "listener",
+    }  # fmt: skip
+    assert not getattr(type(driver), "__abstractmethods__", None)
+    for name in declared:
+        declared_params = inspect.signature(getattr(Driver, name)).parameters
+        implemented = inspect.signature(getattr(type(driver), name)).parameters
+        assert list(declared_params) == list(implemented), name
+
+
+# ---------------------------------------------------------------- claim
+
+
+def test_claim__orders_by_priority_then_fifo_and_respects_limit(driver):
+    jobs = [django_ojs.enqueue("a", [i], priority=p) for i, p in enumerate([0, 5, 5, -5])]
+    got = claim(driver, limit=3)
+    assert isinstance(got, Written)
+    assert [j.id for j in got.jobs] == [jobs[1].id, jobs[2].id, jobs[0].id]
+    assert all(j.state == "active" and j.attempt == 1 and j.worker_id == "w-1" for j in got.jobs)
+    assert Job.objects.get(pk=jobs[3].pk).state == "available"
+
+
+def test_claim__sets_the_deadlines_policy_effective_resolves(driver):
+    job = django_ojs.enqueue("a", timeout=3, grace_period=2, heartbeat_timeout=7)
+    other = django_ojs.enqueue("a")
+    now = timezone.now()
+    got = claim(driver, now=now, visibility_ms=4000)
+    by_id = {j.id: j for j in got.jobs}
+    for pushed in (job, other):
+        claimed = by_id[pushed.id]
+        d = effective(pushed, visibility_ms=4000)
+        assert claimed.started_at == now and claimed.heartbeat_at == now
+        assert claimed.visible_until == now + ms_delta(d.visibility_ms)
+        assert claimed.timeout_at == now + ms_delta(d.timeout_ms + d.grace_ms)
+        assert claimed.stalled_at == now + ms_delta(d.heartbeat_timeout_ms)
+    assert by_id[job.id].timeout_at == now + timedelta(seconds=5)
+
+
+def test_claim__job_visibility_then_default(driver):
+    own = django_ojs.enqueue("a", visibility_timeout=9)
+    now = timezone.now()
+    got = {j.id: j for j in claim(driver, now=now).jobs}
+    assert got[own.id].visible_until == now + timedelta(seconds=9)
+
+
+def test_claim__loads_every_field_or_only_those_asked(driver):
+    django_ojs.enqueue("a", ["x"], meta={"k": [1, 2]}, timeout=3)
+    django_ojs.enqueue("a", ["y"], meta={"k": [3]})
+    full = claim(driver, limit=1).jobs[0]
+    assert full.args == ["x"] and full.meta == {"k": [1, 2]} and full.timeout_ms == 3000
+    part = claim(driver, limit=1, fields=("type", "args", "meta", "attempt")).jobs[0]
+    assert part.args == ["y"] and part.meta == {"k": [3]} and part.attempt == 1
+
+
+def test_claim__skips_paused_queues_and_stale_jobs(driver):
+    django_ojs.enqueue("a", queue="paused")
+    Queue.objects.filter(name="paused").update(paused=True)
+    assert claim(driver, "paused").jobs == []
+    stale = django_ojs.enqueue("a", queue="q2", enqueue_ttl=60)
+    Job.objects.filter(pk=stale.pk).update(stale_at=timezone.now() - timedelta(seconds=1))
+    assert claim(driver, "q2").jobs == []
+
+
+def test_claim__keeps_only_expiry_and_deadline_in_stale_at(driver):
+    job = django_ojs.enqueue("a", enqueue_ttl=60)
+    (claimed,) = claim(driver).jobs
+    assert claimed.id == job.id and claimed.stale_at is None
+
+
+@pytest.mark.parametrize("mode", list(EventMode))
+def test_claim__writes_and_returns_started_events_per_mode(driver, mode):
+    job = django_ojs.enqueue("a", meta={"trace_id": "t-1"})
+    Event.objects.all().delete()
+    got = claim(driver, events=mode)
+    (claimed,) = got.jobs
+    stored = stored_events(job.id)
+    if mode is EventMode.NONE:
+        assert got.events == [] and stored == []
+        return
+    (row,) = got.events
+    expected = job_data(claimed, worker_id="w-1", attempt=1)
+    assert (row.type, row.source, row.subject, row.job_id, row.queue, row.data) == (
+        "job.started", SOURCE, str(job.id), job.id, "default", expected,
+    )  # fmt: skip
+    assert expected["trace_id"] == "t-1" and expected["state"] == "active"
+    if mode is EventMode.STORE:
+        (event,) = stored
+        assert (event.id, event.type, event.data) == (row.id, row.type, row.data)
+    else:
+        assert stored == []
+
+
+# ---------------------------------------------------------------- promote, lock, update_if
+
+
+def test_promote_due__moves_due_scheduled_and_retryable_jobs_only(driver):
+    past = timezone.now() - timedelta(seconds=5)
+    due_scheduled = JobFactory(state="scheduled", scheduled_at=past)
+    due_retry = JobFactory(state="retryable", next_attempt_at=past, attempt=1)
+    later = JobFactory(scheduled=True)
+    other_queue = JobFactory(state="scheduled", scheduled_at=past, queue="elsewhere")
+    now = timezone.now()
+    with transaction.atomic():
+        moved = driver.promote_due(now=now, queues=["default"], wait=False, limit=100)
+    assert {j.id: j.previous_state for j in moved} == {
+        due_scheduled.id: "scheduled", due_retry.id: "retryable",
+    }  # fmt: skip
+    assert all(j.state == "available" and j.enqueued_at == now for j in moved)
+    states = dict(Job.objects.values_list("id", "state"))
+    assert states[due_retry.id] == states[due_scheduled.id] == "available"
+    assert states[later.id] == "scheduled" and states[other_queue.id] == "scheduled"
+    assert Job.objects.get(pk=due_retry.pk).next_attempt_at is None
+
+
+def test_promote_due__respects_the_limit(driver):
+    past = timezone.now() - timedelta(seconds=5)
+    JobFactory.create_batch(5, state="scheduled", scheduled_at=past)
+    with transaction.atomic():
+        moved = driver.promote_due(now=timezone.now(), queues=None, wait=True, limit=2)
+    assert len(moved) == 2
+    assert Job.objects.filter(state="available").count() == 2
+
+
+def test_lock_rows__returns_the_ordered_limited_rows(driver):
+    jobs = JobFactory.create_batch(4)
+    with transaction.atomic():
+        got = driver.lock_rows(Job.objects.order_by("-id"), limit=3, skip_locked=True)
+    assert [j.id for j in got] == sorted((j.id for j in jobs), reverse=True)[:3]
+
+
+def test_update_if__writes_only_on_the_expected_state_and_attempt(driver):
+    job = JobFactory(active=True)
+    assert not driver.update_if(job.id, state="available", attempt=1, fields={"priority": 9})
+    assert not driver.update_if(job.id, state="active", attempt=2, fields={"priority": 9})
+    assert driver.update_if(job.id, state="active", attempt=1, fields={"priority": 9})
+    assert Job.objects.get(pk=job.pk).priority == 9
+    assert not driver.update_if(uuid7(), state="active", attempt=1, fields={"priority": 1})
+
+
+# ---------------------------------------------------------------- push
+
+
+def test_push_one__inserts_the_job_its_event_and_its_queue(driver):
+    job = new_job(queue="fresh-q", meta={"trace_id": "abc"})
+    (event,) = job_rows([enqueue_event(job)], SOURCE)
+    driver.push_one(job, event=event, available=True)
+    saved = Job.objects.get(pk=job.id)
+    assert (saved.state, saved.args, saved.meta) == ("available", [1], {"trace_id": "abc"})
+    (stored,) = stored_events(job.id)
+    assert (stored.id, stored.type, stored.data) == (event.id, "job.enqueued", event.data)
+    assert Queue.objects.filter(name="fresh-q").exists()
+
+
+def test_push_one__without_event(driver):
+    job = new_job()
+    driver.push_one(job, event=None, available=False)
+    assert Job.objects.filter(pk=job.id).exists() and stored_events(job.id) == []
+
+
+@pytest.mark.parametrize("mode", list(EventMode))
+def test_push_many__inserts_jobs_and_enqueue_events_per_mode(driver, mode):
+    later = timezone.now() + timedelta(hours=1)
+    jobs = [
+        new_job(queue="bulk-a", priority=3, meta={"trace_id": "t"}),
+        new_job(queue="bulk-b", scheduled_at=later),
+        new_job(queue="bulk-a", args=["z"]),
+    ]
+    now = timezone.now()
+    with transaction.atomic():
+        rows = driver.push_many(jobs, available={"bulk-a"}, now=now, events=mode, source=SOURCE)
+    assert Job.objects.filter(id__in=[j.id for j in jobs]).count() == 3
+    assert set(Queue.objects.values_list("name", flat=True)) >= {"bulk-a", "bulk-b"}
+    stored = list(Event.objects.filter(job_id__in=[j.id for j in jobs]))
+    if mode is EventMode.NONE:
+        assert rows == [] and stored == []
+        return
+    assert [r.job_id for r in rows] == [j.id for j in jobs]  # in push order
+    for row, job in zip(rows, jobs, strict=True):
+        kind, _, data = enqueue_event(job)
+        assert (row.type, row.source, row.time, row.queue) == (kind, SOURCE, now, job.queue)
+        assert row.data == job_data(job, **data)
+    assert rows[1].type == "job.scheduled" and "priority" not in rows[1].data
+    assert rows[0].data["trace_id"] == "t" and rows[0].data["priority"] == 3
+    if mode is EventMode.STORE:
+        assert {(e.id, e.type) for e in stored} == {(r.id, r.type) for r in rows}
+    else:
+        assert stored == []
+
+
+def test_after_push__registers_queues_idempotently(driver):
+    with transaction.atomic():
+        driver.after_push({"one", "two"}, {"one"})
+        driver.after_push({"one"}, {"one"})
+    assert set(Queue.objects.values_list("name", flat=True)) == {"one", "two"}
+
+
+# ---------------------------------------------------------------- complete
+
+
+def complete(driver, items, *, worker_id="worker-1", events=EventMode.STORE, fields=None):
+    return driver.complete_many(
+        items, worker_id=worker_id, now=timezone.now(), events=events, source=SOURCE,
+        fields=fields,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", list(EventMode))
+def test_complete_many__completes_held_attempts_with_results_and_events(driver, mode):
+    a = JobFactory(active=True, meta={"trace_id": "tr"})
+    b = JobFactory(active=True)
+    got = complete(
+        driver, [Completion(a.id, 1, {"ok": [1, "x"]}), Completion(b.id, 1, None)], events=mode
+    )
+    assert {j.id for j in got.jobs} == {a.id, b.id}
+    rows = {j.id: j for j in Job.objects.filter(id__in=[a.id, b.id])}
+    assert rows[a.id].state == rows[b.id].state == "completed"
+    assert rows[a.id].result == {"ok": [1, "x"]} and rows[b.id].result is None
+    assert rows[a.id].visible_until is None and rows[a.id].timeout_at is None
+    assert rows[a.id].completed_at is not None and rows[a.id].error is None
+    stored = list(Event.objects.filter(job_id__in=[a.id, b.id]))
+    if mode is EventMode.NONE:
+        assert got.events == [] and stored == []
+        return
+    events = {r.job_id: r for r in got.events}
+    assert set(events) == {a.id, b.id}
+    data = events[a.id].data
+    assert data["result"] == {"ok": [1, "x"]} and data["trace_id"] == "tr"
+    assert data["attempt"] == 1 and data["state"] == "completed"
+    assert isinstance(data["duration_ms"], int) and data["duration_ms"] >= 0
+    assert "result" not in events[b.id].data
+    assert (len(stored) == 2) is (mode is EventMode.STORE)
+
+
+def test_complete_many__skips_other_workers_other_attempts_and_inactive_jobs(driver):
+    mine = JobFactory(active=True)
+    theirs = JobFactory(active=True, worker_id="worker-2")
+    old_attempt = JobFactory(active=True, attempt=2)
+    done = JobFactory(state="completed")
+    got = complete(
+        driver,
+        [Completion(j.id, 1, None) for j in (mine, theirs, old_attempt, done)]
+        + [Completion(uuid.uuid4(), 1, None)],
+        fields=("id",),
+    )
+    assert [j.id for j in got.jobs] == [mine.id]
+    assert Job.objects.get(pk=theirs.pk).state == "active"
+    assert Job.objects.get(pk=old_attempt.pk).state == "active"
+
+
+def test_complete_many__without_worker_or_attempt_any_active_job_qualifies(driver):
+    anonymous = JobFactory(active=True, worker_id=None, attempt=3)
+    held = JobFactory(active=True, worker_id="someone")
+    got = complete(
+        driver, [Completion(anonymous.id, None, 5), Completion(held.id, None, 6)], worker_id=None
+    )
+    assert {j.id: j.result for j in got.jobs} == {anonymous.id: 5, held.id: 6}
+    full = next(j for j in got.jobs if j.id == held.id)
+    assert full.type == held.type and full.state == "completed"  # fields=None: all loaded
+
+
+# ---------------------------------------------------------------- events, locks
+
+
+def test_insert_events__stores_rows_as_given(driver):
+    job = JobFactory()
+    rows = job_rows([("job.custom", job, {"n": i}) for i in range(60)], SOURCE)  # COPY path
+    rows += job_rows([("job.custom", job, {"n": 99})], SOURCE)  # INSERT path
+    with transaction.atomic():
+        driver.insert_events(rows[:60])
+        driver.insert_events(rows[60:])
+        driver.insert_events([])
+    stored = stored_events(job.id)
+    assert [(e.id, e.data) for e in stored] == [(r.id, r.data) for r in rows]
+
+
+def test_try_lock__granted_when_free(driver):
+    with transaction.atomic():
+        assert driver.try_lock("some-lock")
