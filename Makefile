@@ -42,9 +42,10 @@ demo: $(VENV)/.installed ## Run the example project (SQLite) at http://127.0.0.1
 	trap 'kill -TERM $$producer $$worker 2>/dev/null; wait $$producer $$worker' EXIT; \
 	$(PY) manage.py runserver 127.0.0.1:$(DEMO_PORT)
 
-lint: $(VENV)/.installed ## ruff check and format check
+lint: $(VENV)/.installed ## ruff check and format check, then mypy (make typecheck)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(MAKE) --no-print-directory typecheck
 
 typecheck: $(VENV)/.installed ## mypy --strict on django_ojs (settings: tests.settings; see [tool.mypy] in pyproject.toml)
 	$(VENV)/bin/mypy
