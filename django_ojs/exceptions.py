@@ -40,8 +40,14 @@ class ValidationError(OJSError, ValueError):
     code = "invalid_payload"
     http_status = 400
 
-    def __init__(self, message: str | None = None, *, field: str | None = None, **kwargs: Any):
-        super().__init__(message, **kwargs)
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        field: str | None = None,
+        details: dict[str, Any] | None = None,
+    ):
+        super().__init__(message, details=details)
         self.field = field
         if field is not None:
             self.details.setdefault("field", field)

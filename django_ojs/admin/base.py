@@ -6,7 +6,7 @@ edits or deletes them by hand.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from django.contrib import admin
 from django.db.models import Model
@@ -21,7 +21,7 @@ else:
     class _ModelAdmin(admin.ModelAdmin):
         """``ModelAdmin``, subscriptable at run time (it is generic in django-stubs only)."""
 
-        def __class_getitem__(cls, item: Any) -> type:
+        def __class_getitem__(cls, item: object) -> type:
             return cls
 
 

@@ -451,7 +451,9 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         return self.run_action(request, queryset, "discard_jobs")
 
     @admin.action(description="Run selected jobs now", permissions=["run_now"])
-    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+    def run_jobs_now(
+        self, request: HttpRequest, queryset: QuerySet[Job]
+    ) -> TemplateResponse | None:
         return self.run_action(request, queryset, "run_jobs_now")
 
     @admin.action(description="Purge selected finished jobs", permissions=["purge"])
