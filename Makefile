@@ -18,7 +18,7 @@ CONF_DB ?= ojs_conformance
 CONF_PORT ?= 18765
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-sqlite test-postgres test-django6 conformance browser-deps lint check-migrations bench bench-worker db-up clean
+.PHONY: help demo test test-sqlite test-postgres test-django6 conformance browser-deps lint typecheck check-migrations bench bench-worker db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -42,9 +42,13 @@ demo: $(VENV)/.installed ## Run the example project (SQLite) at http://127.0.0.1
 	trap 'kill -TERM $$producer $$worker 2>/dev/null; wait $$producer $$worker' EXIT; \
 	$(PY) manage.py runserver 127.0.0.1:$(DEMO_PORT)
 
-lint: $(VENV)/.installed ## ruff check and format check
+lint: $(VENV)/.installed ## ruff check and format check, then mypy (make typecheck)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(MAKE) --no-print-directory typecheck
+
+typecheck: $(VENV)/.installed ## mypy --strict on django_ojs (settings: tests.settings; see [tool.mypy] in pyproject.toml)
+	$(VENV)/bin/mypy
 
 check-migrations: $(VENV)/.installed ## Fail when models and migrations differ; run Django's checks
 	$(PY) manage.py makemigrations --check --dry-run
@@ -109,4 +113,4 @@ db-up: ## Start a local PostgreSQL with docker compose (if you have no server on
 	docker compose up -d postgres
 
 clean: ## Remove virtualenvs and caches
-	rm -rf $(VENV) $(VENV_DJ6) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_DJ6) .pytest_cache .ruff_cache .mypy_cache

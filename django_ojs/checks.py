@@ -5,10 +5,11 @@ Each id is documented in ``docs/reference/system-checks.md``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
+from django.apps import AppConfig
 from django.conf import settings as django_settings
-from django.core.checks import Error, Warning, register
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
 
 from django_ojs.conf import settings
@@ -24,8 +25,10 @@ NUMERIC_SETTINGS = (
 
 
 @register()
-def check_database(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    out: list[Any] = []
+def check_database(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
+    out: list[CheckMessage] = []
     alias = settings.DATABASE
     if alias not in django_settings.DATABASES:
         return [
@@ -64,8 +67,10 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 
 
 @register()
-def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    out: list[Any] = []
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
+    out: list[CheckMessage] = []
     for name in NUMERIC_SETTINGS:
         value = getattr(django_settings, name, None)
         if value is None:
@@ -85,11 +90,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 
 
 @register()
-def check_http_api(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+def check_http_api(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
     """The HTTP binding's settings (``OJS_API_AUTH``, ``OJS_RESPONSE_CONTENT_TYPE``...)."""
     from django_ojs.conf import API_AUTH_CHOICES, RESPONSE_CONTENT_TYPES
 
-    out: list[Any] = []
+    out: list[CheckMessage] = []
     auth = getattr(django_settings, "OJS_API_AUTH", None)
     if auth is not None and auth not in API_AUTH_CHOICES:
         out.append(

@@ -60,7 +60,7 @@ class JobContext:
         *,
         job_id: str | None = None,
         attempt: int | None = None,
-        beat: Callable[[], Any] | None = None,
+        beat: Callable[[], object] | None = None,
         progress: Callable[[float, str | None, dict[str, Any] | None], None] | None = None,
         worker_id: str | None = None,
     ):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django_ojs.types import JobIdLike, WorkerId
+
 
 class OJSError(Exception):
     """An OJS operation failed."""
@@ -38,8 +40,14 @@ class ValidationError(OJSError, ValueError):
     code = "invalid_payload"
     http_status = 400
 
-    def __init__(self, message: str | None = None, *, field: str | None = None, **kwargs: Any):
-        super().__init__(message, **kwargs)
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        field: str | None = None,
+        details: dict[str, Any] | None = None,
+    ):
+        super().__init__(message, details=details)
         self.field = field
         if field is not None:
             self.details.setdefault("field", field)
@@ -78,7 +86,7 @@ class NotFound(OJSError):
 class JobNotFound(NotFound):
     """The job does not exist."""
 
-    def __init__(self, job_id: object, message: str | None = None):
+    def __init__(self, job_id: JobIdLike, message: str | None = None):
         super().__init__(
             message or f"Job '{job_id}' not found.",
             details={"resource_type": "job", "resource_id": str(job_id)},
@@ -96,7 +104,7 @@ class InvalidTransition(OJSError):
 
     def __init__(
         self,
-        job_id: object,
+        job_id: JobIdLike,
         current_state: str,
         operation: str,
         expected_states: frozenset[str] | set[str] | tuple[str, ...] = (),
@@ -127,7 +135,7 @@ class ReservationMismatch(OJSError):
     code = "conflict"
     http_status = 409
 
-    def __init__(self, job_id: object, worker_id: str, holder: str | None):
+    def __init__(self, job_id: JobIdLike, worker_id: WorkerId, holder: WorkerId | None):
         super().__init__(
             f"Job '{job_id}' is reserved by worker '{holder}', not '{worker_id}'.",
             details={
@@ -164,7 +172,7 @@ class Unsupported(OJSError):
 class WorkerNotFound(NotFound):
     """The worker does not exist."""
 
-    def __init__(self, worker_id: str):
+    def __init__(self, worker_id: WorkerId):
         super().__init__(
             f"Worker '{worker_id}' not found.",
             details={"resource_type": "worker", "resource_id": worker_id},

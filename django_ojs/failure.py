@@ -20,7 +20,7 @@ _OWN_KEYS = frozenset(
 )
 
 
-def entry(error: Any, *, attempt: int, now: datetime) -> dict[str, Any]:
+def entry(error: object, *, attempt: int, now: datetime) -> dict[str, Any]:
     """Validate ``error`` and return the history entry for attempt ``attempt``.
 
     ``type`` defaults to ``code`` and ``code`` to ``"handler_error"``. A backtrace may come
@@ -33,24 +33,24 @@ def entry(error: Any, *, attempt: int, now: datetime) -> dict[str, Any]:
         error = {}
     if not isinstance(error, dict):
         raise ValidationError("error must be an object", field="error")
-    error = envelope.check_json(error, "error")
-    code = error.get("code") or None
-    type_ = error.get("type") or None
+    data: dict[str, Any] = envelope.check_json(error, "error")
+    code = data.get("code") or None
+    type_ = data.get("type") or None
     for name, value in (("code", code), ("type", type_)):
         if value is not None and not isinstance(value, str):
             raise ValidationError(f"error.{name} must be a string", field=f"error.{name}")
-    message = error.get("message", "")
+    message = data.get("message", "")
     if message is None:
         message = ""
     if not isinstance(message, str):
         raise ValidationError("error.message must be a string", field="error.message")
-    retryable = error.get("retryable")
+    retryable = data.get("retryable")
     if retryable is not None and not isinstance(retryable, bool):
         raise ValidationError("error.retryable must be a boolean", field="error.retryable")
-    details = error.get("details")
+    details = data.get("details")
     if details is not None and not isinstance(details, dict):
         raise ValidationError("error.details must be an object", field="error.details")
-    backtrace = error.get("backtrace", error.get("stack_trace"))
+    backtrace = data.get("backtrace", data.get("stack_trace"))
     if backtrace is None and details and isinstance(details.get("traceback"), str):
         backtrace = details["traceback"]
     if isinstance(backtrace, str):
@@ -63,7 +63,7 @@ def entry(error: Any, *, attempt: int, now: datetime) -> dict[str, Any]:
         )
 
     stamp = envelope.format_timestamp(now)
-    out: dict[str, Any] = {k: v for k, v in error.items() if k not in _OWN_KEYS}
+    out: dict[str, Any] = {k: v for k, v in data.items() if k not in _OWN_KEYS}
     out.update(
         {
             "code": code or DEFAULT_CODE,

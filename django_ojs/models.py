@@ -6,7 +6,8 @@ state: every write of ``Job.state`` and the fields that move with it is in ``lif
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, ClassVar
 
 from django.db import models
 from django.db.models import Q
@@ -37,18 +38,18 @@ class JobQuerySet(models.QuerySet["Job"]):
         """Discarded jobs: the dead letter queue (digest §8.22)."""
         return self.filter(state=JobState.DISCARDED)
 
-    def due(self, now: Any) -> JobQuerySet:
+    def due(self, now: datetime) -> JobQuerySet:
         """Scheduled or retryable jobs whose time has come."""
         return self.filter(
             Q(state=JobState.SCHEDULED, scheduled_at__lte=now)
             | Q(state=JobState.RETRYABLE, next_attempt_at__lte=now)
         )
 
-    def stale(self, now: Any) -> JobQuerySet:
+    def stale(self, now: datetime) -> JobQuerySet:
         """Waiting jobs past ``expires_at``, their enqueue TTL or their total timeout."""
         return self.filter(state__in=states.WAITING_STATES, stale_at__lte=now)
 
-    def expired(self, now: Any) -> JobQuerySet:
+    def expired(self, now: datetime) -> JobQuerySet:
         """Active jobs past their reservation, execution timeout, stall limit or deadline."""
         return self.filter(state=JobState.ACTIVE).filter(
             Q(visible_until__lte=now)
@@ -56,6 +57,10 @@ class JobQuerySet(models.QuerySet["Job"]):
             | Q(stalled_at__lte=now)
             | Q(deadline_at__lte=now)
         )
+
+
+#: ``Job.objects``: a manager with the read vocabulary of :class:`JobQuerySet`.
+JobManager = models.Manager.from_queryset(JobQuerySet)
 
 
 class Job(models.Model):
@@ -116,7 +121,18 @@ class Job(models.Model):
     #: Earliest of expires_at, enqueue TTL (until first start) and deadline_at.
     stale_at = models.DateTimeField(null=True, blank=True)
 
-    objects = JobQuerySet.as_manager()
+    objects = JobManager()
+
+    # Not columns: set by some lifecycle operations on the job they return (annotations only,
+    # so an instance that was not given one has no such attribute).
+    #: The state before ``cancel``, ``activate``, ``discard`` or ``run_now``.
+    previous_state: str
+    #: When ``activate`` released the job.
+    activated_at: datetime
+    #: When ``retry_discarded`` made the job available again.
+    re_enqueued_at: datetime
+    #: The delay ``fail`` chose for a retryable job, ``None`` when it did not retry.
+    retry_delay_ms: int | None
 
     class Meta:
         db_table = "ojs_job"
@@ -173,7 +189,7 @@ class Job(models.Model):
 
 
 class WorkerQuerySet(models.QuerySet["Worker"]):
-    def stale(self, before: Any) -> WorkerQuerySet:
+    def stale(self, before: datetime) -> WorkerQuerySet:
         """Workers whose last heartbeat is older than ``before``."""
         return self.filter(last_heartbeat_at__lt=before)
 
@@ -299,7 +315,7 @@ class ApiKey(models.Model):
         return self.revoked_at is None
 
 
-class DeadLetterManager(models.Manager["DeadLetterJob"]):
+class DeadLetterManager(JobManager["DeadLetterJob"]):
     """Only discarded jobs (``Job.objects.dead_letter()``)."""
 
     def get_queryset(self) -> models.QuerySet[DeadLetterJob]:
@@ -309,7 +325,7 @@ class DeadLetterManager(models.Manager["DeadLetterJob"]):
 class DeadLetterJob(Job):
     """The dead letter queue as its own admin entry: a proxy of ``Job`` over discarded jobs."""
 
-    objects = DeadLetterManager()
+    objects: ClassVar[DeadLetterManager] = DeadLetterManager()
 
     class Meta:
         proxy = True

@@ -11,9 +11,10 @@ import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from django_ojs import envelope
+from django_ojs.context import JobContext
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,11 +33,11 @@ class Handler:
     type: str
     func: Callable[..., Any]
     #: ``None`` (no context), ``"positional"`` (first argument) or ``"keyword"``.
-    context: str | None
+    context: Literal["positional", "keyword"] | None
     context_name: str | None
     is_async: bool
 
-    def call_args(self, args: list[Any], ctx: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def call_args(self, args: list[Any], ctx: JobContext) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Positional and keyword arguments for one call with the job's ``args``."""
         if self.context == "positional":
             return (ctx, *args), {}
@@ -49,7 +50,9 @@ class Handler:
         return f"{self.func.__module__}.{getattr(self.func, '__qualname__', self.func)}"
 
 
-def _context_param(func: Callable[..., Any]) -> tuple[str | None, str | None]:
+def _context_param(
+    func: Callable[..., Any],
+) -> tuple[Literal["positional", "keyword"] | None, str | None]:
     """Find the parameter that asks for the context: named ``ctx``/``context`` or annotated
     ``JobContext``. Only the first parameter or a keyword-only one may ask."""
     try:

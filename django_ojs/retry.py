@@ -91,7 +91,7 @@ class RetryPolicy:
     backoff_strategy: str = DEFAULT_BACKOFF_STRATEGY
 
     @classmethod
-    def from_wire(cls, data: Any, *, base: RetryPolicy | None = None) -> RetryPolicy:
+    def from_wire(cls, data: object, *, base: RetryPolicy | None = None) -> RetryPolicy:
         """Validate a wire/Python policy and merge it over ``base`` (retry §8, RET-10).
 
         Accepts ISO durations (``initial_interval``) and the HTTP binding's integer

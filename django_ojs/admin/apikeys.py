@@ -6,10 +6,9 @@ rows); this admin never edits or deletes a key. Revoking needs ``ojs.change_apik
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
@@ -23,7 +22,9 @@ class ActiveFilter(admin.SimpleListFilter):
     title = "status"
     parameter_name = "status"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[ApiKey]
+    ) -> list[tuple[str, str]]:
         return [("active", "Active"), ("revoked", "Revoked")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
@@ -34,7 +35,7 @@ class ActiveFilter(admin.SimpleListFilter):
         return queryset
 
 
-def _revoke(pk: Any) -> str | None:
+def _revoke(pk: int) -> str | None:
     key = ApiKey.objects.filter(pk=pk).first()
     if key is None:
         return "no longer exists"
@@ -45,17 +46,17 @@ def _revoke(pk: Any) -> str | None:
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(ReadOnlyAdmin):
+class ApiKeyAdmin(ReadOnlyAdmin[ApiKey]):
     list_display = ("name", "key_id", "scope", "status", "created_at", "last_used_at", "revoked_at")
     list_filter = ("scope", ActiveFilter)
     search_fields = ("name", "prefix")
     actions = ("revoke_keys",)
     readonly_fields = ("key_id", "status", "created_at", "last_used_at", "revoked_at")
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> tuple[str, ...]:
         if obj is None:
-            return ["name", "scope"]
-        return ["name", "key_id", "scope", "status", "created_at", "last_used_at", "revoked_at"]
+            return ("name", "scope")
+        return ("name", "key_id", "scope", "status", "created_at", "last_used_at", "revoked_at")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # Keys are created here (shown once); never edited or deleted, only revoked.
@@ -72,7 +73,9 @@ class ApiKeyAdmin(ReadOnlyAdmin):
     def status(self, obj: ApiKey) -> str:
         return "active" if obj.is_active else "revoked"
 
-    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: ApiKey, form: ModelForm[ApiKey], change: bool
+    ) -> None:
         # The add form only collects name and scope; apikeys.create makes the key.
         key, raw = apikeys.create(obj.name, obj.scope)
         obj.pk, obj.prefix, obj.created_at = key.pk, key.prefix, key.created_at
@@ -100,7 +103,9 @@ class ApiKeyAdmin(ReadOnlyAdmin):
         return response
 
     @admin.action(description="Revoke selected API keys", permissions=["revoke"])
-    def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> Any:
+    def revoke_keys(
+        self, request: HttpRequest, queryset: QuerySet[ApiKey]
+    ) -> TemplateResponse | None:
         keys = list(queryset.values_list("pk", "name", "prefix", "scope", "revoked_at"))
         if not bulk.is_confirmed(request):
             return bulk.confirmation(

@@ -6,21 +6,34 @@ edits or deletes them by hand.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from django.contrib import admin
+from django.db.models import Model
 from django.http import HttpRequest
 
+_M = TypeVar("_M", bound=Model)
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin
+else:
+
+    class _ModelAdmin(admin.ModelAdmin):
+        """``ModelAdmin``, subscriptable at run time (it is generic in django-stubs only)."""
+
+        def __class_getitem__(cls, item: object) -> type:
+            return cls
+
+
+class ReadOnlyAdmin(_ModelAdmin[_M]):
     class Media:
         css = {"all": ("ojs/admin.css",)}
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: _M | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: _M | None = None) -> bool:
         return False

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.db.models import Model
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
@@ -24,8 +25,11 @@ CONFIRM_LIST_LIMIT = 200
 #: Skipped objects named in the result message, per reason.
 NAMED_SKIPS_LIMIT = 5
 
+_K = TypeVar("_K")
+_M = TypeVar("_M", bound=Model)
+
 #: An operation returns ``None`` when it did its job, or a reason why it did nothing.
-Operation = Callable[[Any], str | None]
+Operation = Callable[[_K], str | None]
 
 
 def state_reason(state: str) -> str:
@@ -75,7 +79,7 @@ GONE = "no longer in this list"
 
 
 def apply(
-    items: Iterable[tuple[str, Any]], operation: Operation, *, gone: Sequence[str] = ()
+    items: Iterable[tuple[str, _K]], operation: Operation[_K], *, gone: Sequence[str] = ()
 ) -> Outcome:
     """Call ``operation(key)`` for each ``(label, key)``; refusals become skip reasons.
 
@@ -101,7 +105,7 @@ class ConfirmRow:
     """One line of a confirmation page: the posted key, what to show, and a warning if any."""
 
     key: str
-    cells: Sequence[Any]
+    cells: Sequence[object]
     warning: str = ""
 
 
@@ -122,7 +126,7 @@ def is_confirmed(request: HttpRequest) -> bool:
 
 def confirmation(
     request: HttpRequest,
-    model_admin: Any,
+    model_admin: admin.ModelAdmin[_M],
     *,
     action: str,
     title: str,

@@ -6,7 +6,7 @@ them as ``<polyline>`` and ``<rect>`` elements.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 #: Plot area margins in SVG units: room for the axis labels.
@@ -47,7 +47,7 @@ class LineChart:
 
 def line_chart(
     labels: Sequence[str],
-    series: dict[str, Sequence[int]],
+    series: Mapping[str, Sequence[int]],
     *,
     width: int = 720,
     height: int = 200,

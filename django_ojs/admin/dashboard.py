@@ -18,7 +18,7 @@ from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
 from django_ojs import queues as queue_ops
@@ -101,14 +101,15 @@ def throughput_by_queue(since: datetime, *, from_events: bool) -> list[tuple[str
             ("completed", JobState.COMPLETED, "completed_at"),
             ("failed", JobState.DISCARDED, "discarded_at"),
         ):
-            rows = (
+            job_rows = (
                 Job.objects.filter(state=state, **{f"{field}__gte": since})
                 .values("queue")
                 .annotate(n=Count("id"))
                 .order_by()
             )
-            for row in rows:
-                totals.setdefault(row["queue"], {"completed": 0, "failed": 0})[name] += row["n"]
+            for job_row in job_rows:
+                counts = totals.setdefault(job_row["queue"], {"completed": 0, "failed": 0})
+                counts[name] += job_row["n"]
     ranked = sorted(totals.items(), key=lambda item: (-sum(item[1].values()), item[0]))
     return ranked[:THROUGHPUT_QUEUES]
 
@@ -116,7 +117,7 @@ def throughput_by_queue(since: datetime, *, from_events: bool) -> list[tuple[str
 @dataclass
 class Card:
     label: str
-    value: Any
+    value: int | str
     url: str = ""
     alert: bool = False
     hint: str = ""
@@ -199,16 +200,16 @@ def context(now: datetime | None = None) -> dict[str, Any]:
 
 
 @admin.register(Dashboard)
-class DashboardAdmin(ReadOnlyAdmin):
+class DashboardAdmin(ReadOnlyAdmin[Dashboard]):
     """The admin index entry "Dashboard": its changelist is the dashboard page."""
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: Dashboard | None = None) -> bool:
         return request.user.has_perm("ojs.view_job") or super().has_view_permission(request, obj)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return request.user.has_module_perms("ojs")
 
-    def get_urls(self) -> list[Any]:
+    def get_urls(self) -> list[URLPattern]:
         # Only the page itself: no object views under /admin/ojs/dashboard/<pk>/.
         name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
         return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]

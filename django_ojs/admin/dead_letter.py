@@ -7,11 +7,10 @@ job permissions ``ojs.retry_job`` and ``ojs.purge_job``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils.safestring import SafeString
 
 from django_ojs.admin import display
@@ -23,7 +22,9 @@ class ErrorTypeFilter(admin.SimpleListFilter):
     title = "error type"
     parameter_name = "error_type"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Job]
+    ) -> list[tuple[str, str]]:
         types = (
             DeadLetterJob.objects.values_list("error__type", flat=True)
             .order_by("error__type")
@@ -56,7 +57,7 @@ class DeadLetterJobAdmin(JobAdmin):
 
     # Anyone who may see jobs may see the dead letter (the proxy's own view
     # permission works too), so one set of job permissions covers the console.
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
         return request.user.has_perm("ojs.view_job") or super().has_view_permission(request, obj)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
@@ -71,5 +72,7 @@ class DeadLetterJobAdmin(JobAdmin):
         return display.error_message(obj.error)
 
     @admin.action(description="Purge selected dead-lettered jobs", permissions=["purge"])
-    def purge_dead_letter(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+    def purge_dead_letter(
+        self, request: HttpRequest, queryset: QuerySet[Job]
+    ) -> TemplateResponse | None:
         return self.run_action(request, queryset, "purge_dead_letter")

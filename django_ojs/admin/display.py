@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
 
 from django.utils import timezone
 from django.utils.html import format_html
@@ -32,19 +31,19 @@ def state_badge(state: str) -> SafeString:
     )
 
 
-def pretty_json(value: Any) -> SafeString:
+def pretty_json(value: object) -> SafeString:
     """Indented JSON in a ``<pre>`` block (``null`` when empty)."""
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
     return format_html('<pre class="ojs-json">{}</pre>', text)
 
 
-def error_type(error: Any) -> str:
+def error_type(error: object) -> str:
     if isinstance(error, dict):
         return str(error.get("type") or error.get("code") or "")
     return ""
 
 
-def error_message(error: Any, limit: int = 120) -> str:
+def error_message(error: object, limit: int = 120) -> str:
     if not isinstance(error, dict):
         return ""
     message = str(error.get("message") or "")

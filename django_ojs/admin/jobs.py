@@ -11,13 +11,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.contrib import admin
-from django.contrib.admin.utils import quote
+from django.contrib.admin.utils import flatten_fieldsets, quote
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -30,6 +31,10 @@ from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound
 from django_ojs.models import Event, Job, Worker
 from django_ojs.states import JobState
+from django_ojs.types import JobId
+
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldsetSpec
 
 #: Timestamps shown on a job's page when set.
 TIMES = ("created_at", "scheduled_at", "enqueued_at", "started_at", "next_attempt_at",
@@ -42,41 +47,41 @@ def _who(request: HttpRequest) -> str:
     return f"admin:{request.user.get_username()}"
 
 
-def _state_of(pk: Any) -> str | None:
+def _state_of(pk: JobId) -> str | None:
     return Job.objects.filter(pk=pk).values_list("state", flat=True).first()
 
 
-def _refused_by_state(pk: Any) -> str:
+def _refused_by_state(pk: JobId) -> str:
     state = _state_of(pk)
     return bulk.state_reason(state) if state else "no longer exists"
 
 
-def _cancel(request: HttpRequest, pk: Any) -> str | None:
+def _cancel(request: HttpRequest, pk: JobId) -> str | None:
     job = lifecycle.cancel(pk, by=_who(request), reason="Cancelled from the admin")
     # Cancelling a cancelled job succeeds without a change (OJS core §7.6.4): report it.
     return "already cancelled" if job.previous_state == JobState.CANCELLED else None
 
 
-def _retry(request: HttpRequest, pk: Any) -> str | None:
+def _retry(request: HttpRequest, pk: JobId) -> str | None:
     lifecycle.retry_discarded(pk)
     return None
 
 
-def _discard(request: HttpRequest, pk: Any) -> str | None:
+def _discard(request: HttpRequest, pk: JobId) -> str | None:
     lifecycle.discard(pk, by=_who(request), reason="Discarded from the admin")
     return None
 
 
-def _run_now(request: HttpRequest, pk: Any) -> str | None:
+def _run_now(request: HttpRequest, pk: JobId) -> str | None:
     lifecycle.run_now(pk)
     return None
 
 
-def _purge(request: HttpRequest, pk: Any) -> str | None:
+def _purge(request: HttpRequest, pk: JobId) -> str | None:
     return None if lifecycle.purge([pk]) else _refused_by_state(pk)
 
 
-def _delete_discarded(request: HttpRequest, pk: Any) -> str | None:
+def _delete_discarded(request: HttpRequest, pk: JobId) -> str | None:
     try:
         lifecycle.delete_discarded(pk)
     except JobNotFound:
@@ -93,7 +98,7 @@ class JobAction:
     past: str
     button: str
     applies_to: frozenset[str]
-    run: Callable[[HttpRequest, Any], str | None]
+    run: Callable[[HttpRequest, JobId], str | None]
     danger: bool = False
 
 
@@ -160,7 +165,9 @@ class FinishedFilter(admin.SimpleListFilter):
     title = "finished"
     parameter_name = "finished"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Job]
+    ) -> list[tuple[str, str]]:
         return [("1h", "Past hour"), ("24h", "Past 24 hours"), ("7d", "Past 7 days"),
                 ("30d", "Past 30 days"), ("no", "Not finished")]  # fmt: skip
 
@@ -177,10 +184,10 @@ class FinishedFilter(admin.SimpleListFilter):
 
 
 @admin.register(Job)
-class JobAdmin(ReadOnlyAdmin):
+class JobAdmin(ReadOnlyAdmin[Job]):
     """Every job: filter, search, inspect, and act through the lifecycle."""
 
-    list_display = (
+    list_display: tuple[str, ...] = (
         "id",
         "type",
         "queue",
@@ -192,7 +199,9 @@ class JobAdmin(ReadOnlyAdmin):
         "finished_at",
         "last_error_type",
     )
-    list_filter = (
+    list_filter: ClassVar[
+        tuple[str | type[admin.SimpleListFilter] | tuple[str, type[admin.FieldListFilter]], ...]
+    ] = (
         "state",
         "queue",
         "type",
@@ -203,7 +212,13 @@ class JobAdmin(ReadOnlyAdmin):
     search_help_text = "Search by job id (the full UUID) or by type."
     list_per_page = 50
     show_full_result_count = False  # no COUNT(*) over a large job table on every page
-    actions = ("cancel_jobs", "retry_jobs", "discard_jobs", "run_jobs_now", "purge_jobs")
+    actions: tuple[str, ...] = (
+        "cancel_jobs",
+        "retry_jobs",
+        "discard_jobs",
+        "run_jobs_now",
+        "purge_jobs",
+    )
     change_form_template = "admin/ojs/job/change_form.html"
     change_list_template = "admin/ojs/job/change_list.html"
     fieldsets = (
@@ -233,7 +248,7 @@ class JobAdmin(ReadOnlyAdmin):
     def has_purge_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("ojs.purge_job")
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> _FieldsetSpec:
         # Only the timestamps a job has: a waiting job has no started or finished time.
         return [
             (name, {**options, "fields": [f for f in options["fields"] if f not in TIMES
@@ -241,8 +256,8 @@ class JobAdmin(ReadOnlyAdmin):
             for name, options in self.fieldsets
         ]  # fmt: skip
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [name for _, options in self.fieldsets for name in options["fields"]]
+    def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
+        return flatten_fieldsets(self.fieldsets)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
@@ -385,7 +400,9 @@ class JobAdmin(ReadOnlyAdmin):
 
     # -- actions ---------------------------------------------------------------------------
 
-    def run_action(self, request: HttpRequest, queryset: QuerySet[Job], name: str) -> Any:
+    def run_action(
+        self, request: HttpRequest, queryset: QuerySet[Job], name: str
+    ) -> TemplateResponse | None:
         """Confirm, then make one lifecycle call per selected job and report the outcome."""
         action = ACTIONS[name]
         rows = list(queryset.values_list("pk", "type", "queue", "state"))
@@ -420,21 +437,25 @@ class JobAdmin(ReadOnlyAdmin):
         return None
 
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
-    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> TemplateResponse | None:
         return self.run_action(request, queryset, "cancel_jobs")
 
     @admin.action(description="Retry selected dead-lettered jobs", permissions=["retry"])
-    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> TemplateResponse | None:
         return self.run_action(request, queryset, "retry_jobs")
 
     @admin.action(description="Discard selected jobs", permissions=["discard"])
-    def discard_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+    def discard_jobs(
+        self, request: HttpRequest, queryset: QuerySet[Job]
+    ) -> TemplateResponse | None:
         return self.run_action(request, queryset, "discard_jobs")
 
     @admin.action(description="Run selected jobs now", permissions=["run_now"])
-    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+    def run_jobs_now(
+        self, request: HttpRequest, queryset: QuerySet[Job]
+    ) -> TemplateResponse | None:
         return self.run_action(request, queryset, "run_jobs_now")
 
     @admin.action(description="Purge selected finished jobs", permissions=["purge"])
-    def purge_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> Any:
+    def purge_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> TemplateResponse | None:
         return self.run_action(request, queryset, "purge_jobs")

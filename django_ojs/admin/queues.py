@@ -21,6 +21,7 @@ from django_ojs import queues as queue_ops
 from django_ojs.admin import bulk
 from django_ojs.admin.base import ReadOnlyAdmin
 from django_ojs.models import Queue
+from django_ojs.queues import QueueInfo
 from django_ojs.states import JobState
 
 #: action name → (title, question, past tense, button)
@@ -46,7 +47,7 @@ def jobs_url(**params: str) -> str:
 
 
 @admin.register(Queue)
-class QueueAdmin(ReadOnlyAdmin):
+class QueueAdmin(ReadOnlyAdmin[Queue]):
     """Queues with their counts by state; pausing needs ``ojs.pause_queue``."""
 
     fields = ("name", "paused", "paused_at", "created_at")
@@ -96,7 +97,7 @@ class QueueAdmin(ReadOnlyAdmin):
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/ojs/queue/change_list.html", context)
 
-    def run_action(self, request: HttpRequest, infos: dict[str, Any]) -> HttpResponse:
+    def run_action(self, request: HttpRequest, infos: dict[str, QueueInfo]) -> HttpResponse:
         name = request.POST.get("action", "")
         if name not in QUEUE_ACTIONS:
             self.message_user(request, "No action selected.", messages.WARNING)

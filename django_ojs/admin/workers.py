@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.contrib import admin
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -37,7 +37,9 @@ class StaleFilter(admin.SimpleListFilter):
     title = "heartbeat"
     parameter_name = "stale"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Worker]
+    ) -> list[tuple[str, str]]:
         return [("no", "Alive"), ("yes", "Stale")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Worker]) -> QuerySet[Worker]:
@@ -84,7 +86,7 @@ DIRECTIVES: dict[str, tuple[str, str, str, str, str]] = {
 
 
 @admin.register(Worker)
-class WorkerAdmin(ReadOnlyAdmin):
+class WorkerAdmin(ReadOnlyAdmin[Worker]):
     list_display = (
         "id",
         "hostname",
@@ -173,7 +175,9 @@ class WorkerAdmin(ReadOnlyAdmin):
                                obj.last_heartbeat_at.isoformat(), label)  # fmt: skip
         return format_html('<span title="{}">{}</span>', obj.last_heartbeat_at.isoformat(), label)
 
-    def run_directive(self, request: HttpRequest, queryset: QuerySet[Worker], name: str) -> Any:
+    def run_directive(
+        self, request: HttpRequest, queryset: QuerySet[Worker], name: str
+    ) -> TemplateResponse | None:
         value, title, question, past, button = DIRECTIVES[name]
         workers = list(queryset.values_list("id", "hostname", "pid", "state", "directive"))
         if not bulk.is_confirmed(request):
@@ -200,13 +204,19 @@ class WorkerAdmin(ReadOnlyAdmin):
         return None
 
     @admin.action(description="Quiet selected workers (stop fetching)", permissions=["direct"])
-    def quiet_workers(self, request: HttpRequest, queryset: QuerySet[Worker]) -> Any:
+    def quiet_workers(
+        self, request: HttpRequest, queryset: QuerySet[Worker]
+    ) -> TemplateResponse | None:
         return self.run_directive(request, queryset, "quiet_workers")
 
     @admin.action(description="Terminate selected workers", permissions=["direct"])
-    def terminate_workers(self, request: HttpRequest, queryset: QuerySet[Worker]) -> Any:
+    def terminate_workers(
+        self, request: HttpRequest, queryset: QuerySet[Worker]
+    ) -> TemplateResponse | None:
         return self.run_directive(request, queryset, "terminate_workers")
 
     @admin.action(description="Resume selected workers (clear directive)", permissions=["direct"])
-    def resume_workers(self, request: HttpRequest, queryset: QuerySet[Worker]) -> Any:
+    def resume_workers(
+        self, request: HttpRequest, queryset: QuerySet[Worker]
+    ) -> TemplateResponse | None:
         return self.run_directive(request, queryset, "resume_workers")

@@ -140,8 +140,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             headers["WWW-Authenticate"] = auth_header
         if isinstance(exc, drf.MethodNotAllowed):
             headers["Allow"] = ", ".join(fields["details"]["allowed_methods"])
-        if isinstance(exc, drf.Throttled) and exc.wait is not None:
-            headers["Retry-After"] = str(int(exc.wait))
+        if isinstance(exc, drf.Throttled):
+            # DRF sets Throttled.wait (seconds, rounded up); djangorestframework-stubs omit it.
+            wait: float | None = exc.wait  # type: ignore[attr-defined]
+            if wait is not None:
+                headers["Retry-After"] = str(int(wait))
     elif isinstance(exc, DatabaseError):
         logger.exception("database error in an OJS API request (%s)", request_id)
         status = 503

@@ -9,14 +9,19 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from django.db.models import Model, QuerySet
 
 from django_ojs.exceptions import InvalidRequest
 
 DEFAULT_LIMIT = 50
 #: HB §17.1: at most 200 per page (larger requests are clamped, not refused).
 MAX_LIMIT = 200
+
+_T = TypeVar("_T")
 
 
 def encode_cursor(data: dict[str, Any]) -> str:
@@ -36,7 +41,7 @@ def decode_cursor(cursor: str) -> dict[str, Any]:
     return data
 
 
-def _int_param(params: Any, name: str, default: int, minimum: int) -> int:
+def _int_param(params: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     value = params.get(name)
     if value is None or value == "":
         return default
@@ -59,19 +64,18 @@ class Page:
 
     def wrap(self, total: int, count: int, next_position: dict[str, Any] | None) -> dict[str, Any]:
         """The ``pagination`` object for a page of ``count`` items out of ``total``."""
-        has_more = next_position is not None
         out: dict[str, Any] = {
             "total": total,
             "limit": self.limit,
             "offset": self.offset,
-            "has_more": has_more,
+            "has_more": next_position is not None,
         }
-        if has_more:
+        if next_position is not None:
             out["next_cursor"] = encode_cursor(next_position)
         return out
 
 
-def page(params: Any) -> Page:
+def page(params: Mapping[str, str]) -> Page:
     """Read ``limit`` (default 50, clamped to 200), ``cursor`` and ``offset``."""
     limit = min(_int_param(params, "limit", DEFAULT_LIMIT, 1), MAX_LIMIT)
     cursor = params.get("cursor")
@@ -90,7 +94,9 @@ def page(params: Any) -> Page:
     return Page(limit=limit, offset=_int_param(params, "offset", 0, 0))
 
 
-def offset_page(items: Any, total: int, page: Page) -> tuple[list[Any], dict[str, Any]]:
+def offset_page(
+    items: Sequence[_T] | QuerySet[Model, _T], total: int, page: Page
+) -> tuple[list[_T], dict[str, Any]]:
     """Slice ``items`` (a QuerySet or list) for ``page``; return the items and ``pagination``."""
     chunk = list(items[page.offset : page.offset + page.limit])
     end = page.offset + len(chunk)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework import authentication, exceptions, permissions
+from rest_framework.request import Request
+from rest_framework.views import APIView
 
 from django_ojs import apikeys
 from django_ojs.conf import settings
@@ -51,7 +53,7 @@ class BearerKeyAuthentication(authentication.BaseAuthentication):
 
     keyword = b"bearer"
 
-    def authenticate(self, request: Any) -> tuple[ApiKeyUser, ApiKey] | None:
+    def authenticate(self, request: Request) -> tuple[ApiKeyUser, ApiKey] | None:
         parts = authentication.get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
             return None
@@ -68,7 +70,7 @@ class BearerKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
         return ApiKeyUser(key), key
 
-    def authenticate_header(self, request: Any) -> str:
+    def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="ojs"'
 
 
@@ -83,7 +85,7 @@ def authenticators() -> list[authentication.BaseAuthentication]:
     return [BearerKeyAuthentication(), StaffSessionAuthentication()]
 
 
-def granted_scopes(request: Any) -> frozenset[str]:
+def granted_scopes(request: Request) -> frozenset[str]:
     """The scopes the request's credentials carry."""
     if isinstance(request.auth, ApiKey):
         return GRANTS.get(request.auth.scope, frozenset())
@@ -93,23 +95,32 @@ def granted_scopes(request: Any) -> frozenset[str]:
     return frozenset()
 
 
+class ScopeDenied(exceptions.PermissionDenied):
+    """403 for credentials whose scope does not cover the endpoint; names the scopes."""
+
+    def __init__(self, detail: str, ojs_details: dict[str, Any]):
+        super().__init__(detail)
+        #: The error envelope's ``details`` (``api.exceptions`` reads it).
+        self.ojs_details = ojs_details
+
+
 class HasScope(permissions.BasePermission):
     """Allow the request when its credentials cover the view's ``required_scope``.
 
     Views with ``required_scope = None`` (manifest, health, unknown paths) are public.
     """
 
-    def has_permission(self, request: Any, view: Any) -> bool:
+    def has_permission(self, request: Request, view: APIView) -> bool:
         scope = getattr(view, "required_scope", None)
         if scope is None or settings.API_AUTH == "none":
             return True
-        if not (request.user and request.user.is_authenticated):
+        # request.user is None when DRF's UNAUTHENTICATED_USER is None.
+        if request.user is None or not request.user.is_authenticated:
             return False  # DRF turns this into 401 NotAuthenticated
         granted = granted_scopes(request)
         if scope in granted:
             return True
-        exc = exceptions.PermissionDenied(
-            f"These credentials may not call this endpoint: it needs the '{scope}' scope."
+        raise ScopeDenied(
+            f"These credentials may not call this endpoint: it needs the '{scope}' scope.",
+            {"required_scope": scope, "granted_scopes": sorted(granted)},
         )
-        exc.ojs_details = {"required_scope": scope, "granted_scopes": sorted(granted)}
-        raise exc

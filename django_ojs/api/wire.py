@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import IO, Any, NoReturn
 
+from django.http import HttpRequest
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
-from rest_framework.renderers import JSONRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
 from uuid6 import uuid7
 
 from django_ojs.conf import settings
@@ -43,7 +46,7 @@ def too_large(size: int | None, limit: int) -> EnvelopeTooLarge:
     return EnvelopeTooLarge(message, details={"size": size, "limit": limit})
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
@@ -52,7 +55,12 @@ class OJSJSONParser(BaseParser):
 
     media_type = OJS_MEDIA_TYPE
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+    def parse(
+        self,
+        stream: IO[Any],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:
         limit = settings.MAX_REQUEST_BYTES
         raw = stream.read(limit + 1)
         if len(raw) > limit:
@@ -79,23 +87,31 @@ class OJSRenderer(JSONRenderer):
 
     charset = None
 
-    @property  # type: ignore[override]
-    def media_type(self) -> str:
+    # DRF declares a plain attribute; it only ever reads it, so a read-only property is safe.
+    @property
+    def media_type(self) -> str:  # type: ignore[override]
         return settings.RESPONSE_CONTENT_TYPE
 
-    def render(self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None):
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
         return super().render(data, None, renderer_context)
 
 
 class OJSContentNegotiation(DefaultContentNegotiation):
     """Parsers as usual; the renderer is always the OJS one (HB §4.3: never 406)."""
 
-    def select_renderer(self, request: Any, renderers: Any, format_suffix: Any = None):
-        renderer = renderers[0]
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        renderer = next(iter(renderers))
         return renderer, renderer.media_type
 
 
-def request_id(django_request: Any) -> str:
+def request_id(django_request: HttpRequest) -> str:
     """The client's ``X-Request-Id`` when it is a sane token, else ``req_<UUIDv7>`` (HB §19)."""
     given = django_request.headers.get(REQUEST_ID_HEADER, "")
     if given and _CLIENT_REQUEST_ID.match(given):

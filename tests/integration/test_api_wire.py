@@ -11,6 +11,7 @@ import json
 import pytest
 from django.db import OperationalError
 from django.test import override_settings
+from rest_framework.exceptions import Throttled
 
 from django_ojs.api.exceptions import exception_handler
 from tests.factories import JobFactory
@@ -336,3 +337,12 @@ def test_unexpected_errors__become_a_retryable_backend_error_envelope(exc, statu
     assert (error["code"], error["retryable"]) == ("backend_error", True)
     assert "bug" not in error["message"] and "db down" not in error["message"]
     assert "OJS API request" in caplog.text  # logged with the traceback
+
+
+@pytest.mark.parametrize(("wait", "retry_after"), [(2.4, "3"), (None, None)])
+def test_throttled__is_a_retryable_429_with_retry_after_when_known(wait, retry_after):
+    response = exception_handler(Throttled(wait=wait), {"request": None, "view": None})
+    error = response.data["error"]
+    assert response.status_code == 429
+    assert (error["code"], error["retryable"]) == ("rate_limited", True)
+    assert response.headers.get("Retry-After") == retry_after
