@@ -164,5 +164,5 @@ class OrmDriver(Driver):
     def insert_events(self, rows: list[EventRow]) -> None:
         if rows:
             Event.objects.using(self.using).bulk_create(
-                [Event(*(None, *row)) for row in rows], batch_size=500
+                [Event(**row._asdict()) for row in rows], batch_size=500
             )

@@ -380,10 +380,10 @@ def _model_fields(fields: Sequence[str] | None) -> list[Any]:
 
 
 def _event_row(values: Sequence[Any]) -> EventRow:
-    data = values[-1]
+    id_, type_, source, subject, time, job_id, queue, data = values
     if isinstance(data, str | bytes):  # Django loads jsonb as text; JSONField decodes it
         data = json.loads(data)
-    return EventRow(*values[:-1], data)
+    return EventRow(id_, type_, source, subject, time, job_id, queue, data)
 
 
 def _dumps(value: Any) -> str:
@@ -435,10 +435,14 @@ class PostgreSQLListener:
                 # An empty payload is wake(): return without claiming to have work.
                 return bool(note.payload) and (not self._queues or note.payload in self._queues)
         except Exception:
-            if self._closed:
+            if self.closed:  # close() from another thread ends the wait
                 return False
             raise
         return False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def wake(self) -> None:
         # NOTIFY on our own channel from a short-lived connection interrupts wait().

@@ -8,7 +8,7 @@ of life and emits ``job.started``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -101,7 +101,7 @@ def fetch(
     return claimed
 
 
-def _touch_worker(worker_id: str, queues: list[str], using: str, now) -> None:
+def _touch_worker(worker_id: str, queues: list[str], using: str, now: datetime) -> None:
     # One upsert: create the worker on first contact, else refresh its sign of life.
     Worker.objects.using(using).bulk_create(
         [Worker(id=worker_id, queues=queues, started_at=now, last_heartbeat_at=now)],

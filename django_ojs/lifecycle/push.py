@@ -81,7 +81,8 @@ def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
     }
     for field in _defaulted(values):  # fields added later still get their defaults
         values[field.attname] = field.get_default()
-    return Job(*[values.get(name) for name in _FIELDS])
+    # Positional construction (Model.__init__'s fast path); the stubs cannot follow it.
+    return Job(*[values.get(name) for name in _FIELDS])  # type: ignore[misc]  # positional fields
 
 
 @functools.cache
