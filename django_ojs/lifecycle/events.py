@@ -30,7 +30,12 @@ def mode() -> EventMode:
     if settings.STORE_EVENTS:
         return EventMode.STORE
     # Events that are not stored are still built when a receiver is connected.
-    return EventMode.RETURN if signals.event_emitted.has_listeners() else EventMode.NONE
+    return EventMode.RETURN if listened() else EventMode.NONE
+
+
+def listened() -> bool:
+    """Whether a receiver is connected to ``event_emitted`` (the one place that asks)."""
+    return signals.event_emitted.has_listeners()
 
 
 def job_rows(
@@ -78,7 +83,7 @@ def store(rows: list[EventRow], using: str) -> None:
 
 def signal(rows: list[EventRow], using: str) -> None:
     """Send ``event_emitted`` for each row once the current transaction commits."""
-    if not rows or not signals.event_emitted.has_listeners():  # the one check, where sent
+    if not rows or not listened():
         return
     envelopes = [row.to_wire() for row in rows]
 
