@@ -21,8 +21,8 @@ from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import events
-from django_ojs.lifecycle.settle import _RELEASE, _duration_ms, settle_failure
-from django_ojs.lifecycle.store import db, parse_id
+from django_ojs.lifecycle.settle import settle_failure
+from django_ojs.lifecycle.store import RELEASE, attempt_duration_ms, db, parse_id
 from django_ojs.models import Job
 from django_ojs.states import JobState
 
@@ -92,7 +92,7 @@ def _ack_batch_orm(
             return []
         with_result = [job for job in owned if wanted[job.id][1] is not None]
         without = [job.id for job in owned if wanted[job.id][1] is None]
-        common = {"state": JobState.COMPLETED, "completed_at": now, "error": None, **_RELEASE}
+        common = {"state": JobState.COMPLETED, "completed_at": now, "error": None, **RELEASE}
         guard = {"state": JobState.ACTIVE, "worker_id": worker_id}
         if without:
             jobs.filter(id__in=without, **guard).update(result=None, **common)
@@ -118,7 +118,7 @@ def _ack_batch_orm(
                     job,
                     {
                         "attempt": job.attempt,
-                        "duration_ms": _duration_ms(job, now),
+                        "duration_ms": attempt_duration_ms(job, now),
                         "result": result,
                     },
                 )

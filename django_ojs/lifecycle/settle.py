@@ -19,6 +19,8 @@ from django_ojs.drivers import get_driver
 from django_ojs.exceptions import JobNotFound, ValidationError
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.store import (
+    RELEASE,
+    attempt_duration_ms,
     cas,
     db,
     locked,
@@ -28,15 +30,9 @@ from django_ojs.lifecycle.store import (
     trim_history,
 )
 from django_ojs.models import Job
-from django_ojs.policy import effective, elapsed_ms, ms_delta, retry_policy
+from django_ojs.policy import effective, ms_delta, retry_policy
 from django_ojs.states import JobState
-
-
-def _duration_ms(job: Job, now: datetime) -> int | None:
-    return elapsed_ms(job.started_at, now)
-
-
-_RELEASE = {"visible_until": None, "timeout_at": None, "stalled_at": None}
+from django_ojs.validation import validate_worker_id
 
 
 def ack(
@@ -48,6 +44,7 @@ def ack(
     :class:`ReservationMismatch` when ``worker_id`` is not the reservation holder.
     """
     using = db(using)
+    worker_id = validate_worker_id(worker_id)
     result = envelope.check_json(result, "result")
     now = timezone.now()
     # A driver may complete the job in one statement (PostgreSQL). It writes the event
@@ -77,7 +74,7 @@ def ack(
             completed_at=now,
             result=result,
             error=None,  # core §7.3(4): clear the previous attempt's error
-            **_RELEASE,
+            **RELEASE,
         )
         events.emit_job(
             "job.completed",
@@ -85,7 +82,7 @@ def ack(
             using,
             now,
             attempt=job.attempt,
-            duration_ms=_duration_ms(job, now),
+            duration_ms=attempt_duration_ms(job, now),
             result=result,
         )
     return job
@@ -106,6 +103,7 @@ def fail(
     ``requeue=True`` it goes straight back to ``available`` (OpenAPI ``requeue``).
     """
     using = db(using)
+    worker_id = validate_worker_id(worker_id)
     now = timezone.now()
     with transaction.atomic(using=using):
         job = locked(job_id, using)
@@ -160,7 +158,7 @@ def settle_failure(
         # Kept with the error so the job still shows its backoff once it is fetched again.
         entry = {**entry, "retry_delay_ms": decision.delay_ms}
     history = trim_history([*(job.errors or []), entry])
-    fields: dict[str, Any] = {"error": entry, "errors": history, **_RELEASE}
+    fields: dict[str, Any] = {"error": entry, "errors": history, **RELEASE}
     if decision.state == "retryable":
         fields.update(state=JobState.RETRYABLE, next_attempt_at=now + ms_delta(decision.delay_ms))
     elif decision.state == "available":
@@ -187,7 +185,7 @@ def settle_failure(
         (
             "job.failed",
             job,
-            {"attempt": job.attempt, "error": short, "duration_ms": _duration_ms(job, now)},
+            {"attempt": job.attempt, "error": short, "duration_ms": attempt_duration_ms(job, now)},
         )
     )
     if decision.state == "retryable":
@@ -249,7 +247,7 @@ def cancel(
             return job
         require(job, "cancel")
         previous = job.state
-        cas(job, "cancel", using, state=JobState.CANCELLED, cancelled_at=now, **_RELEASE)
+        cas(job, "cancel", using, state=JobState.CANCELLED, cancelled_at=now, **RELEASE)
         events.emit_job(
             "job.cancelled",
             job,
@@ -392,7 +390,7 @@ def discard_with(
         next_attempt_at=None,
         error=entry,
         errors=trim_history([*(job.errors or []), entry]),
-        **_RELEASE,
+        **RELEASE,
     )
     summary = failure.summary(entry)
     discarded = {"total_attempts": job.attempt, "last_error": summary, "reason": reason}

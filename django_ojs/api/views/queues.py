@@ -7,7 +7,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework.response import Response
 
-from django_ojs import envelope, queues
+from django_ojs import queues, validation
 from django_ojs.api import pagination, serializers
 from django_ojs.api.permissions import ADMIN, PRODUCER
 from django_ojs.api.views.base import OJSView
@@ -18,7 +18,7 @@ from django_ojs.models import Job
 
 def _known(name: str) -> queues.QueueInfo:
     """The queue's info if it exists: a ``Queue`` row, ``default``, or jobs that name it."""
-    envelope.validate_queue(name)
+    validation.validate_queue(name)
     for info in queues.list_queues():
         if info.name == name:
             return info
