@@ -192,6 +192,17 @@ CASES = {
         "POST", "/jobs", {"type": "a.b", "args": [], "options": {"timeout": "soon"}},
         "timeout", "timeout 'soon' is not an ISO-8601 duration (e.g. 'PT1S', 'PT5M')",
     ),
+    # queues
+    "pause queue name": Case(
+        lambda: lifecycle.pause_queue("Mail"),
+        "POST", "/queues/Mail/pause", {},
+        "queue", f"queue {QUEUE_RULE}",
+    ),
+    "resume queue name": Case(
+        lambda: lifecycle.resume_queue("m" * 129),
+        "POST", f"/queues/{'m' * 129}/resume", {},
+        "queue", f"queue {QUEUE_RULE}",
+    ),
 }  # fmt: skip
 
 

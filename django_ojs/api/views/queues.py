@@ -7,7 +7,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework.response import Response
 
-from django_ojs import queues, validation
+from django_ojs import lifecycle, queues, validation
 from django_ojs.api import pagination, serializers
 from django_ojs.api.permissions import ADMIN, PRODUCER
 from django_ojs.api.views.base import OJSView
@@ -58,7 +58,7 @@ class QueuePauseView(OJSView):
 
     def post(self, request: Any, name: str) -> Response:
         self.body(request)
-        queue = queues.pause(name, by=self.actor(request))
+        queue = lifecycle.pause_queue(name, by=self.actor(request))
         info = queues.QueueInfo(queue.name, queue.paused, queue.paused_at, queue.created_at)
         body = serializers.queue(info)
         return Response({"queue": body, "status": body["status"], "paused_at": body["paused_at"]})
@@ -71,7 +71,7 @@ class QueueResumeView(OJSView):
 
     def post(self, request: Any, name: str) -> Response:
         self.body(request)
-        queue = queues.resume(name, by=self.actor(request))
+        queue = lifecycle.resume_queue(name, by=self.actor(request))
         info = queues.QueueInfo(queue.name, queue.paused, queue.paused_at, queue.created_at)
         body = serializers.queue(info)
         return Response(
