@@ -9,7 +9,6 @@ wrapper, digest §1.6); both return a :class:`JobSpec` for ``lifecycle.push``.
 from __future__ import annotations
 
 import json
-import math
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -18,15 +17,14 @@ from typing import Any
 
 from django_ojs.exceptions import EnvelopeTooLarge, ValidationError
 from django_ojs.retry import RetryPolicy, parse_duration
+from django_ojs.validation import check_json, duration_ms, first_duration_ms, validate_queue
 
 SPECVERSION = "1.0"
 # OJS core §5.1 segments are lower-case ([a-z][a-z0-9_]*), as the SDK checks and the
 # conformance suite enforces (L0-ENV-005 refuses "Email.Send"); '-' is allowed as in the
 # OpenAPI pattern (suite types such as "dlq.test.list-first" use it).
-TYPE_RE = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$")
+TYPE_RE = re.compile(r"[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*")  # used with fullmatch
 TYPE_MAX_LENGTH = 255
-QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9\-.]*$")
-QUEUE_MAX_LENGTH = 128
 # OJS core §5.2: at least -100..100; the reference server and L0-ENV-017 refuse beyond it.
 PRIORITY_RANGE = (-100, 100)
 
@@ -89,32 +87,6 @@ class JobSpec:
 # --------------------------------------------------------------------------- validation
 
 
-def check_json(value: Any, path: str) -> Any:
-    """Return ``value`` as JSON-native data, or raise naming ``path`` (OJS core §5.5.1).
-
-    Tuples become lists; anything that is not str/int/float/bool/None/list/dict is refused
-    (no pickling, no ``default=str``), as are NaN/Infinity and non-string keys.
-    """
-    if value is None or isinstance(value, str | bool | int):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValidationError(f"{path} must not be NaN or Infinity", field=path)
-        return value
-    if isinstance(value, list | tuple):
-        return [check_json(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise ValidationError(f"{path} keys must be strings", field=path)
-            out[k] = check_json(v, f"{path}.{k}")
-        return out
-    raise ValidationError(
-        f"{path} must contain only JSON-native values, not {type(value).__name__}", field=path
-    )
-
-
 def parse_timestamp(value: Any, field_name: str, *, now: datetime | None = None) -> datetime:
     """A timezone-aware datetime from a datetime or an RFC 3339 string (core §5.5.2).
 
@@ -145,31 +117,6 @@ def parse_timestamp(value: Any, field_name: str, *, now: datetime | None = None)
     raise ValidationError(f"{field_name} must be an RFC 3339 timestamp", field=field_name)
 
 
-def _seconds_to_ms(value: Any, field_name: str, *, allow_zero: bool = False) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValidationError(f"{field_name} must be a number of seconds", field=field_name)
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValidationError(
-            f"{field_name} must be {'non-negative' if allow_zero else 'positive'}",
-            field=field_name,
-        )
-    return round(value * 1000)
-
-
-def _ms(value: Any, field_name: str, *, allow_zero: bool = False) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValidationError(f"{field_name} must be a number of milliseconds", field=field_name)
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValidationError(f"{field_name} must be positive", field=field_name)
-    return round(value)
-
-
 def _uuid7(value: Any) -> uuid.UUID:
     try:
         parsed = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
@@ -183,23 +130,11 @@ def _uuid7(value: Any) -> uuid.UUID:
 def _validate_type(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValidationError("type is required and must be a non-empty string", field="type")
-    if len(value) > TYPE_MAX_LENGTH or not TYPE_RE.match(value):
+    if len(value) > TYPE_MAX_LENGTH or not TYPE_RE.fullmatch(value):
         raise ValidationError(
             "type must be dot-separated lower-case segments of letters, digits, '_' or '-', "
             "each starting with a letter (e.g. 'email.send')",
             field="type",
-        )
-    return value
-
-
-def validate_queue(value: Any) -> str:
-    if value is None:
-        return "default"
-    if not isinstance(value, str) or not value:
-        raise ValidationError("queue must be a non-empty string", field="queue")
-    if len(value) > QUEUE_MAX_LENGTH or not QUEUE_RE.match(value):
-        raise ValidationError(
-            "queue must match [a-z0-9][a-z0-9-.]* and be at most 128 characters", field="queue"
         )
     return value
 
@@ -306,12 +241,12 @@ def build(
         unique=_validate_unique(unique),
         schema=schema,
         tags=_validate_tags(tags),
-        timeout_ms=_seconds_to_ms(timeout, "timeout"),
-        visibility_timeout_ms=_seconds_to_ms(visibility_timeout, "visibility_timeout"),
-        total_timeout_ms=_seconds_to_ms(total_timeout, "total_timeout"),
-        enqueue_ttl_ms=_seconds_to_ms(enqueue_ttl, "enqueue_ttl"),
-        grace_period_ms=_seconds_to_ms(grace_period, "grace_period", allow_zero=True),
-        heartbeat_timeout_ms=_seconds_to_ms(heartbeat_timeout, "heartbeat_timeout"),
+        timeout_ms=duration_ms(timeout, "timeout"),
+        visibility_timeout_ms=duration_ms(visibility_timeout, "visibility_timeout"),
+        total_timeout_ms=duration_ms(total_timeout, "total_timeout"),
+        enqueue_ttl_ms=duration_ms(enqueue_ttl, "enqueue_ttl"),
+        grace_period_ms=duration_ms(grace_period, "grace_period", allow_zero=True),
+        heartbeat_timeout_ms=duration_ms(heartbeat_timeout, "heartbeat_timeout"),
         extra=check_json(extra or {}, "extra"),
     )
     return _finish(spec, max_bytes)
@@ -374,16 +309,7 @@ def from_wire(
         raise ValidationError("retry must be an object", field="retry")
 
     def duration(name: str, *, allow_zero: bool = False) -> int | None:
-        ms = opt(f"{name}_ms")
-        if ms is not None:
-            return _ms(ms, f"{name}_ms", allow_zero=allow_zero)
-        value = opt(name)
-        if isinstance(value, str):  # OpenAPI allows ISO-8601 strings for durations
-            try:
-                return parse_duration(value, field_name=name)
-            except ValidationError as exc:
-                raise ValidationError(exc.message, field=name) from None
-        return _seconds_to_ms(value, name, allow_zero=allow_zero)
+        return first_duration_ms((options, body), name, allow_zero=allow_zero)
 
     schema = body.get("schema")
     if schema is not None and not isinstance(schema, str):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django_ojs import envelope
+from django_ojs import envelope, validation
 from django_ojs.exceptions import ValidationError
 
 DEFAULT_CODE = "handler_error"
@@ -33,7 +33,7 @@ def entry(error: object, *, attempt: int, now: datetime) -> dict[str, Any]:
         error = {}
     if not isinstance(error, dict):
         raise ValidationError("error must be an object", field="error")
-    data: dict[str, Any] = envelope.check_json(error, "error")
+    data: dict[str, Any] = validation.check_json(error, "error")
     code = data.get("code") or None
     type_ = data.get("type") or None
     for name, value in (("code", code), ("type", type_)):

@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django_ojs.conf import settings
-from django_ojs.exceptions import ValidationError
 from django_ojs.retry import RetryPolicy
 
 # ---------------------------------------------------------------- unit converters
@@ -43,19 +42,6 @@ def delta_ms(delta: timedelta) -> int:
 def elapsed_ms(since: datetime | None, now: datetime) -> int | None:
     """Milliseconds from ``since`` to ``now`` (``None`` when ``since`` is unknown)."""
     return delta_ms(now - since) if since is not None else None
-
-
-def requested_ms(value: float | timedelta | None, field_name: str) -> int | None:
-    """A caller's positive duration (seconds or ``timedelta``) in ms; ``None`` passes."""
-    if value is None:
-        return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValidationError(
-            f"{field_name} must be a positive number of seconds", field=field_name
-        )
-    return seconds_to_ms(value)
 
 
 # ---------------------------------------------------------------- timeouts

@@ -1,6 +1,7 @@
 """Queue-level operations: pause, resume, list and count. Not job transitions.
 
-Pausing stops FETCH from a queue; enqueueing is still accepted (digest §8.17).
+Pausing stops FETCH from a queue; enqueueing is still accepted (digest §8.17). Pause and
+resume are lifecycle operations (they write ``Queue`` rows and events); this module reads.
 """
 
 from __future__ import annotations
@@ -9,43 +10,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Count
-from django.utils import timezone
 
-from django_ojs import envelope
+from django_ojs import lifecycle
 from django_ojs.conf import DEFAULT_QUEUE
-from django_ojs.lifecycle import events
-from django_ojs.lifecycle.store import db
 from django_ojs.models import Job, Queue
 from django_ojs.states import JobState
 
 
-def _set_paused(name: str, paused: bool, using: str | None, by: str | None) -> Queue:
-    using = db(using)
-    envelope.validate_queue(name)
-    now = timezone.now()
-    with transaction.atomic(using=using):
-        queue, _ = Queue.objects.using(using).select_for_update().get_or_create(name=name)
-        if queue.paused != paused:
-            queue.paused = paused
-            queue.paused_at = now if paused else None
-            queue.save(using=using, update_fields=["paused", "paused_at"])
-            kind = "queue.paused" if paused else "queue.resumed"
-            events.emit_other(
-                kind, name, using, queue=name, **{("paused_by" if paused else "resumed_by"): by}
-            )
-    return queue
-
-
 def pause(name: str, *, by: str | None = None, using: str | None = None) -> Queue:
-    """Stop workers from fetching ``name`` (idempotent)."""
-    return _set_paused(name, True, using, by)
+    """Stop workers from fetching ``name`` (idempotent); see :func:`lifecycle.pause_queue`."""
+    return lifecycle.pause_queue(name, by=by, using=using)
 
 
 def resume(name: str, *, by: str | None = None, using: str | None = None) -> Queue:
-    """Let workers fetch ``name`` again (idempotent)."""
-    return _set_paused(name, False, using, by)
+    """Let workers fetch ``name`` again (idempotent); see :func:`lifecycle.resume_queue`."""
+    return lifecycle.resume_queue(name, by=by, using=using)
 
 
 @dataclass
@@ -59,7 +39,7 @@ class QueueInfo:
 
 def list_queues(*, with_counts: bool = False, using: str | None = None) -> list[QueueInfo]:
     """Every known queue (the ``default`` queue always exists), by name."""
-    using = db(using)
+    using = lifecycle.database(using)
     infos = {
         q.name: QueueInfo(q.name, q.paused, q.paused_at, q.created_at)
         for q in Queue.objects.using(using).all()
@@ -78,7 +58,7 @@ def list_queues(*, with_counts: bool = False, using: str | None = None) -> list[
 
 def counts(name: str, *, using: str | None = None) -> dict[str, Any]:
     """Jobs of queue ``name`` by state."""
-    using = db(using)
+    using = lifecycle.database(using)
     out = {s.value: 0 for s in JobState}
     for row in (
         Job.objects.using(using)

@@ -14,13 +14,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections
 from django.utils import timezone
 
 from django_ojs import lifecycle
 from django_ojs.conf import settings
-from django_ojs.drivers import get_driver
-from django_ojs.lifecycle.store import db
 
 logger = logging.getLogger("django_ojs.reaper")
 
@@ -45,9 +43,8 @@ class PassResult:
 
 def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
     """One maintenance pass. Loops each step until its batch comes back short."""
-    using = db(using)
+    using = lifecycle.database(using)
     result = PassResult()
-    driver = get_driver(using)
     steps = [
         ("promoted", lifecycle.promote_due),
         ("expired", lifecycle.expire_stale),
@@ -60,20 +57,20 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
             # Each batch commits on its own, so a promoted job is claimable at once and
             # no row stays locked for the whole pass. The leadership lock is taken per
             # transaction: another reaper that holds it now does this batch instead.
-            with transaction.atomic(using=using):
-                if not driver.try_lock(LOCK_NAME):
+            with lifecycle.lead(LOCK_NAME, using=using) as leader:
+                if not leader:
                     # Another reaper leads now: report what this one did before that.
                     result.leader = bool(result.moved or total)
                     setattr(result, name, total)
                     return result
                 moved = step(using=using)
             total += moved
-            if moved < lifecycle.maintenance.BATCH:
+            if moved < lifecycle.MAINTENANCE_BATCH:
                 break
         setattr(result, name, total)
     if prune:
-        with transaction.atomic(using=using):
-            if driver.try_lock(LOCK_NAME):
+        with lifecycle.lead(LOCK_NAME, using=using) as leader:
+            if leader:
                 result.pruned = prune_expired(using=using)
     return result
 

@@ -29,9 +29,10 @@ ON_EXHAUSTION = ("discard", "dead_letter")
 HANDLER_DIRECTIVES = ("RETRY", "DISCARD", "DEAD_LETTER", "FAIL")
 
 # Retry §14: the only accepted duration grammar (RET-19 MUST reject anything else).
+# Matched with fullmatch: a trailing newline must not pass.
 _DURATION = re.compile(
-    r"^P(?!$)(?:(?P<y>\d+)Y)?(?:(?P<mo>\d+)M)?(?:(?P<d>\d+)D)?"
-    r"(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<mi>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$"
+    r"P(?!\Z)(?:(?P<y>\d+)Y)?(?:(?P<mo>\d+)M)?(?:(?P<d>\d+)D)?"
+    r"(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<mi>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
 )
 
 
@@ -44,7 +45,7 @@ def parse_duration(value: str, *, field_name: str = "duration") -> int:
         raise RetryPolicyError(
             f"{field_name} must be an ISO-8601 duration string", field=field_name
         )
-    m = _DURATION.match(value)
+    m = _DURATION.fullmatch(value)
     if not m or value.endswith("T"):
         raise RetryPolicyError(
             f"{field_name} {value!r} is not an ISO-8601 duration (e.g. 'PT1S', 'PT5M')",

@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from django_ojs import lifecycle
 from django_ojs import queues as queue_ops
 from django_ojs.admin import bulk
 from django_ojs.admin.base import ReadOnlyAdmin
@@ -148,9 +149,9 @@ class QueueAdmin(ReadOnlyAdmin[Queue]):
         def operate(queue: str) -> str | None:
             was_paused = queue in infos and infos[queue].paused
             if pausing:
-                queue_ops.pause(queue, by=who)
+                lifecycle.pause_queue(queue, by=who)
                 return "already paused" if was_paused else None
-            queue_ops.resume(queue, by=who)
+            lifecycle.resume_queue(queue, by=who)
             return None if was_paused else "not paused"
 
         outcome = bulk.apply(((q, q) for q in selected), operate)

@@ -8,16 +8,14 @@ suites use; responses carry the union of the fields they read (both ``id`` and
 
 from __future__ import annotations
 
-import math
+from datetime import timedelta
 from typing import Any
 
-from django_ojs import envelope
+from django_ojs import envelope, validation
 from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import Heartbeat
-from django_ojs.lifecycle.claim import MAX_FETCH_COUNT
 from django_ojs.models import Event, Job
 from django_ojs.queues import QueueInfo
-from django_ojs.retry import parse_duration
 
 # --------------------------------------------------------------------------- requests
 
@@ -51,36 +49,10 @@ def job_id(body: dict[str, Any]) -> str:
     return value
 
 
-def _seconds(body: dict[str, Any], name: str) -> float | None:
+def _duration(body: dict[str, Any], name: str) -> timedelta | None:
     """A duration sent as ``<name>_ms`` (HB), or ``<name>`` in seconds or ISO-8601 (OAPI)."""
-    ms = body.get(f"{name}_ms")
-    if ms is not None:
-        if isinstance(ms, bool) or not isinstance(ms, int | float) or not ms > 0:
-            raise ValidationError(
-                f"{name}_ms must be a positive number of milliseconds", field=f"{name}_ms"
-            )
-        if not math.isfinite(ms):
-            raise ValidationError(f"{name}_ms must be finite", field=f"{name}_ms")
-        return ms / 1000
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            return parse_duration(value, field_name=name) / 1000
-        except ValidationError as exc:
-            raise ValidationError(exc.message, field=name) from None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValidationError(f"{name} must be a positive number of seconds", field=name)
-    if not math.isfinite(value):
-        raise ValidationError(f"{name} must be finite", field=name)
-    return float(value)
-
-
-def _string_list(value: Any, name: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValidationError(f"{name} must be an array of non-empty strings", field=name)
-    return value
+    ms = validation.first_duration_ms([body], name)
+    return timedelta(milliseconds=ms) if ms is not None else None
 
 
 def fetch_request(body: dict[str, Any]) -> dict[str, Any]:
@@ -90,21 +62,13 @@ def fetch_request(body: dict[str, Any]) -> dict[str, Any]:
         queues = [body["queue"]]  # OpenAPI's single-queue form
     if queues is None:
         raise ValidationError("queues is required (an array of queue names)", field="queues")
-    queues = _string_list(queues, "queues")
-    if not queues:
-        raise ValidationError("queues must name at least one queue", field="queues")
-    for name in queues:
-        envelope.validate_queue(name)
-    count = body.get("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FETCH_COUNT:
-        raise ValidationError(
-            f"count must be an integer from 1 to {MAX_FETCH_COUNT}", field="count"
-        )
+    queues = validation.validate_queues(queues)
+    count = validation.validate_fetch_count(body.get("count", 1))
     return {
         "queues": queues,
         "count": count,
-        "worker_id": _string(body, "worker_id"),
-        "visibility_timeout": _seconds(body, "visibility_timeout"),
+        "worker_id": validation.validate_worker_id(body.get("worker_id")),
+        "visibility_timeout": _duration(body, "visibility_timeout"),
     }
 
 
@@ -113,7 +77,7 @@ def ack_request(body: dict[str, Any]) -> dict[str, Any]:
     return {
         "job_id": job_id(body),
         "result": body.get("result"),
-        "worker_id": _string(body, "worker_id"),
+        "worker_id": validation.validate_worker_id(body.get("worker_id")),
     }
 
 
@@ -134,7 +98,7 @@ def nack_request(body: dict[str, Any]) -> dict[str, Any]:
     return {
         "job_id": job_id(body),
         "error": error,
-        "worker_id": _string(body, "worker_id"),
+        "worker_id": validation.validate_worker_id(body.get("worker_id")),
         "requeue": requeue,
     }
 
@@ -145,42 +109,39 @@ def heartbeat_request(body: dict[str, Any]) -> dict[str, Any]:
     ``active_jobs`` is a list of ids (HB) or a count (worker protocol, ids then in
     ``active_job_ids``); OpenAPI's single ``job_id`` is accepted too.
     """
-    worker_id = _string(body, "worker_id", required=True)
+    worker_id = validation.validate_worker_id(body.get("worker_id"), required=True)
     ids: list[Any] = []
     active = body.get("active_jobs")
     if isinstance(active, list):
-        ids.extend(_string_list(active, "active_jobs"))
+        ids.extend(validation.validate_strings(active, "active_jobs"))
     elif active is not None and (isinstance(active, bool) or not isinstance(active, int)):
         raise ValidationError(
             "active_jobs must be an array of job ids (or a count, with active_job_ids)",
             field="active_jobs",
         )
     if body.get("active_job_ids") is not None:
-        ids.extend(_string_list(body["active_job_ids"], "active_job_ids"))
+        ids.extend(validation.validate_strings(body["active_job_ids"], "active_job_ids"))
     single = _string(body, "job_id")
     if single:
         ids.append(single)
     out: dict[str, Any] = {
         "worker_id": worker_id,
         "active_job_ids": list(dict.fromkeys(ids)),
-        "visibility_timeout": _seconds(body, "visibility_timeout"),
+        "visibility_timeout": _duration(body, "visibility_timeout"),
     }
-    state = body.get("state")
+    state = validation.validate_worker_state(body.get("state"))
     if state is not None:
-        if state not in ("running", "quiet", "terminate"):
-            raise ValidationError("state must be running, quiet or terminate", field="state")
         out["state"] = state
     if body.get("hostname") is not None:
         out["hostname"] = _string(body, "hostname")
     for name in ("pid", "concurrency"):
-        value = body.get(name)
+        value = validation.validate_non_negative(body.get(name), name)
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValidationError(f"{name} must be a non-negative integer", field=name)
             out[name] = value
-    for name in ("queues", "labels"):
-        if body.get(name) is not None:
-            out[name] = _string_list(body[name], name)
+    if body.get("queues") is not None:
+        out["queues"] = validation.validate_queues(body["queues"], allow_empty=True)
+    if body.get("labels") is not None:
+        out["labels"] = validation.validate_strings(body["labels"], "labels")
     return out
 
 
@@ -191,22 +152,16 @@ def progress_request(body: dict[str, Any], job_id_from_path: str | None = None) 
         value, name, scale = body["progress"], "progress", 1.0
     else:
         value, name, scale = body.get("percentage"), "percentage", 100.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValidationError(
-            "progress (0.0-1.0) or percentage (0-100) must be a number", field=name
-        )
-    message = body.get("message")
-    if message is not None and not isinstance(message, str):
-        raise ValidationError("message must be a string", field="message")
-    data = body.get("data")
-    if data is not None and not isinstance(data, dict):
-        raise ValidationError("data must be an object", field="data")
+    # progress extension §5: out-of-range values are clamped
+    progress = validation.validate_progress(
+        value, body.get("message"), body.get("data"), field=name, scale=scale
+    )
     return {
         "job_id": job_id_from_path or job_id(body),
-        "value": min(max(value / scale, 0.0), 1.0),  # progress extension §5: clamp
-        "message": message,
-        "data": data,
-        "worker_id": _string(body, "worker_id"),
+        "value": progress.value,
+        "message": progress.message,
+        "data": progress.data,
+        "worker_id": validation.validate_worker_id(body.get("worker_id")),
     }
 
 

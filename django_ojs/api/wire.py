@@ -27,7 +27,7 @@ OJS_VERSION = "1.0"
 OJS_MEDIA_TYPE = "application/openjobspec+json"
 REQUEST_ID_HEADER = "X-Request-Id"
 # A client's X-Request-Id is echoed only when it is a sane token (no header injection).
-_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
+_CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")  # used with fullmatch
 
 
 class MalformedBody(OJSError):
@@ -114,7 +114,7 @@ class OJSContentNegotiation(DefaultContentNegotiation):
 def request_id(django_request: HttpRequest) -> str:
     """The client's ``X-Request-Id`` when it is a sane token, else ``req_<UUIDv7>`` (HB §19)."""
     given = django_request.headers.get(REQUEST_ID_HEADER, "")
-    if given and _CLIENT_REQUEST_ID.match(given):
+    if given and _CLIENT_REQUEST_ID.fullmatch(given):
         return given
     return f"req_{uuid7()}"
 

@@ -1,16 +1,19 @@
 """The OJS state machine: the only code that writes ``Job.state``.
 
 Everything else (HTTP views, admin actions, management commands, the worker, the reaper)
-calls these functions. Each transition is a compare-and-set inside ``transaction.atomic``
-that raises :class:`~django_ojs.exceptions.InvalidTransition` when the job is not in a
-state the operation accepts (OJS core §6.3), and records its events in the same
-transaction. Vendor-specific SQL is behind ``django_ojs.drivers``.
+calls these functions and imports this package only, never its modules. Each transition
+is a compare-and-set inside ``transaction.atomic`` that raises
+:class:`~django_ojs.exceptions.InvalidTransition` when the job is not in a state the
+operation accepts (OJS core §6.3), and records its events in the same transaction.
+Vendor-specific SQL is behind ``django_ojs.drivers``.
 """
 
 from __future__ import annotations
 
 from django_ojs.lifecycle.batch import ack_many, fail_many
 from django_ojs.lifecycle.claim import fetch, listen
+from django_ojs.lifecycle.leadership import lead
+from django_ojs.lifecycle.maintenance import BATCH as MAINTENANCE_BATCH
 from django_ojs.lifecycle.maintenance import (
     expire_stale,
     promote_due,
@@ -21,6 +24,7 @@ from django_ojs.lifecycle.maintenance import (
 )
 from django_ojs.lifecycle.progress import report_progress
 from django_ojs.lifecycle.push import enqueue, enqueue_many, push, push_many
+from django_ojs.lifecycle.queues import pause_queue, resume_queue
 from django_ojs.lifecycle.settle import (
     ack,
     activate,
@@ -36,6 +40,7 @@ from django_ojs.lifecycle.store import db as database
 from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, set_directive
 
 __all__ = [
+    "MAINTENANCE_BATCH",
     "Heartbeat",
     "ack",
     "ack_many",
@@ -52,7 +57,9 @@ __all__ = [
     "fail",
     "fail_many",
     "fetch",
+    "lead",
     "listen",
+    "pause_queue",
     "promote_due",
     "prune",
     "purge",
@@ -63,6 +70,7 @@ __all__ = [
     "register",
     "report_progress",
     "rescue_expired",
+    "resume_queue",
     "retry_discarded",
     "run_now",
     "set_directive",

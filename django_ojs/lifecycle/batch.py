@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from django_ojs import envelope, failure
+from django_ojs import failure, validation
 from django_ojs.conf import settings
 from django_ojs.drivers import Completion, get_driver
 from django_ojs.exceptions import ValidationError
@@ -43,7 +43,7 @@ def ack_many(
     if not worker_id:
         raise ValueError("ack_many needs the worker_id that holds the reservations")
     checked = [
-        (parse_id(job_id), int(attempt), envelope.check_json(result, "result"))
+        (parse_id(job_id), int(attempt), validation.check_json(result, "result"))
         for job_id, attempt, result in items
     ]
     done: list[uuid.UUID] = []

@@ -15,14 +15,17 @@ from django.utils import timezone
 
 from django_ojs.conf import settings
 from django_ojs.drivers import Listener, get_driver
-from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job, Worker
-from django_ojs.policy import configured, requested_ms
-
-MAX_FETCH_COUNT = 1000
+from django_ojs.policy import configured
+from django_ojs.validation import (
+    duration_ms,
+    validate_fetch_count,
+    validate_queues,
+    validate_worker_id,
+)
 
 
 def fetch(
@@ -58,13 +61,10 @@ def fetch(
         worker asks for the few it needs, which makes its fetches much cheaper.
     """
     using = db(using)
-    if isinstance(queues, str) or not queues or not all(isinstance(q, str) and q for q in queues):
-        raise ValidationError("queues must be a non-empty list of queue names", field="queues")
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FETCH_COUNT:
-        raise ValidationError(
-            f"count must be an integer from 1 to {MAX_FETCH_COUNT}", field="count"
-        )
-    visibility_ms = requested_ms(visibility_timeout, "visibility_timeout")
+    queues = validate_queues(queues)
+    count = validate_fetch_count(count)
+    worker_id = validate_worker_id(worker_id)
+    visibility_ms = duration_ms(visibility_timeout, "visibility_timeout")
     defaults = configured()
     driver = get_driver(using)
     now = timezone.now()

@@ -10,12 +10,11 @@ from typing import Any
 
 from django.db import transaction
 
-from django_ojs import envelope
-from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.store import db, parse_id, require_holder
 from django_ojs.models import Job
 from django_ojs.states import JobState
+from django_ojs.validation import validate_progress, validate_worker_id
 
 
 def report_progress(
@@ -27,21 +26,15 @@ def report_progress(
     worker_id: str | None = None,
     using: str | None = None,
 ) -> bool:
-    """Record that an active job is ``value`` (0.0-1.0) done; False if it is not active.
+    """Record that an active job is ``value`` (0.0-1.0, clamped) done; False if not active.
 
     The event carries ``progress`` (0-1), ``progress_percent`` (0-100, events §10.10),
     ``progress_message`` and optional structured ``data``. Raises
     :class:`ReservationMismatch` when ``worker_id`` does not hold the job.
     """
     using = db(using)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise ValidationError("progress must be a number from 0 to 1", field="progress")
-    if message is not None and not isinstance(message, str):
-        raise ValidationError("progress message must be a string", field="message")
-    if data is not None:
-        if not isinstance(data, dict):
-            raise ValidationError("progress data must be an object", field="data")
-        data = envelope.check_json(data, "data")
+    value, message, data = validate_progress(value, message, data)
+    worker_id = validate_worker_id(worker_id)
     with transaction.atomic(using=using):
         job = (
             Job.objects.using(using)

@@ -13,12 +13,14 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from django_ojs import envelope, failure, retry, states
+from django_ojs import failure, retry, states, validation
 from django_ojs.conf import settings
 from django_ojs.drivers import Completion, get_driver
 from django_ojs.exceptions import InvalidTransition, JobNotFound, ValidationError
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.store import (
+    RELEASE,
+    attempt_duration_ms,
     cas,
     db,
     locked,
@@ -28,10 +30,9 @@ from django_ojs.lifecycle.store import (
     trim_history,
 )
 from django_ojs.models import Job
-from django_ojs.policy import effective, elapsed_ms, ms_delta, retry_policy
+from django_ojs.policy import effective, ms_delta, retry_policy
 from django_ojs.states import JobState
-
-_RELEASE: dict[str, Any] = dict.fromkeys(states.RELEASED_FIELDS)
+from django_ojs.validation import validate_worker_id
 
 
 def ack(
@@ -43,7 +44,8 @@ def ack(
     :class:`ReservationMismatch` when ``worker_id`` is not the reservation holder.
     """
     using = db(using)
-    result = envelope.check_json(result, "result")
+    worker_id = validate_worker_id(worker_id)
+    result = validation.check_json(result, "result")
     now = timezone.now()
     # The happy path is one statement on PostgreSQL. When no row qualifies, the locked
     # path below says precisely why (not found, not active, another worker's job).
@@ -90,6 +92,7 @@ def fail(
     ``requeue=True`` it goes straight back to ``available`` (OpenAPI ``requeue``).
     """
     using = db(using)
+    worker_id = validate_worker_id(worker_id)
     now = timezone.now()
     with transaction.atomic(using=using):
         job = locked(job_id, using)
@@ -144,7 +147,7 @@ def settle_failure(
         # Kept with the error so the job still shows its backoff once it is fetched again.
         entry = {**entry, "retry_delay_ms": decision.delay_ms}
     history = trim_history([*(job.errors or []), entry])
-    fields: dict[str, Any] = {"error": entry, "errors": history, **_RELEASE}
+    fields: dict[str, Any] = {"error": entry, "errors": history, **RELEASE}
     if decision.state == "retryable":
         fields.update(state=JobState.RETRYABLE, next_attempt_at=now + ms_delta(decision.delay_ms))
     elif decision.state == "available":
@@ -174,7 +177,7 @@ def settle_failure(
             {
                 "attempt": job.attempt,
                 "error": short,
-                "duration_ms": elapsed_ms(job.started_at, now),
+                "duration_ms": attempt_duration_ms(job, now),
             },
         )
     )
@@ -237,7 +240,7 @@ def cancel(
             return job
         require(job, "cancel")
         previous = job.state
-        cas(job, "cancel", using, state=JobState.CANCELLED, cancelled_at=now, **_RELEASE)
+        cas(job, "cancel", using, state=JobState.CANCELLED, cancelled_at=now, **RELEASE)
         events.emit_job(
             "job.cancelled",
             job,
@@ -298,11 +301,11 @@ def retry_discarded(
             "worker_id": None,
         }
         if "queue" in override:
-            fields["queue"] = envelope.validate_queue(override["queue"])
+            fields["queue"] = validation.validate_queue(override["queue"])
         if "meta" in override:
             if not isinstance(override["meta"], dict):
                 raise ValidationError("override.meta must be an object", field="override.meta")
-            fields["meta"] = {**(job.meta or {}), **envelope.check_json(override["meta"], "meta")}
+            fields["meta"] = {**(job.meta or {}), **validation.check_json(override["meta"], "meta")}
         if "retry" in override:
             policy = retry.RetryPolicy.from_wire(override["retry"], base=retry_policy(job))
             fields["retry"] = policy.to_wire()
@@ -380,7 +383,7 @@ def discard_with(
         next_attempt_at=None,
         error=entry,
         errors=trim_history([*(job.errors or []), entry]),
-        **_RELEASE,
+        **RELEASE,
     )
     summary = failure.summary(entry)
     discarded = {"total_attempts": job.attempt, "last_error": summary, "reason": reason}

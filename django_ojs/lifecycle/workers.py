@@ -21,11 +21,18 @@ from django_ojs.exceptions import ValidationError, WorkerNotFound
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job, Worker
-from django_ojs.policy import configured, effective, ms_delta, requested_ms
+from django_ojs.policy import configured, effective, ms_delta
 from django_ojs.states import JobState
+from django_ojs.validation import (
+    duration_ms,
+    validate_non_negative,
+    validate_queues,
+    validate_strings,
+    validate_worker_id,
+    validate_worker_state,
+)
 
 DIRECTIVES = ("", "quiet", "terminate")
-REPORTED_STATES = ("running", "quiet", "terminate")
 
 
 @dataclass
@@ -54,8 +61,11 @@ def register(
 ) -> Worker:
     """Register (or re-register) a worker process (worker protocol §3.1)."""
     using = db(using)
-    if not isinstance(worker_id, str) or not worker_id:
-        raise ValidationError("worker_id must be a non-empty string", field="worker_id")
+    worker_id = validate_worker_id(worker_id, required=True)
+    queues = validate_queues(queues, allow_empty=True)
+    pid = validate_non_negative(pid, "pid")
+    concurrency = validate_non_negative(concurrency, "concurrency")
+    labels = validate_strings(labels, "labels") or []
     now = timezone.now()
     with transaction.atomic(using=using):
         worker, _ = Worker.objects.using(using).update_or_create(
@@ -134,12 +144,15 @@ def beat(
     cancelled come back in ``cancelled_jobs``. A worker never seen before is created.
     """
     using = db(using)
-    if not isinstance(worker_id, str) or not worker_id:
-        raise ValidationError("worker_id is required", field="worker_id")
-    if state is not None and state not in REPORTED_STATES:
-        raise ValidationError("state must be running, quiet or terminate", field="state")
+    worker_id = validate_worker_id(worker_id, required=True)
+    state = validate_worker_state(state)
+    pid = validate_non_negative(pid, "pid")
+    concurrency = validate_non_negative(concurrency, "concurrency")
+    if queues is not None:
+        queues = validate_queues(queues, allow_empty=True)
+    labels = validate_strings(labels, "labels")
     ids = _job_ids(active_job_ids)
-    requested = requested_ms(visibility_timeout, "visibility_timeout")
+    requested = duration_ms(visibility_timeout, "visibility_timeout")
     now = timezone.now()
     info: dict[str, Any] = {
         "last_heartbeat_at": now,

@@ -11,7 +11,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from django_ojs import envelope
+from django_ojs import validation
 from django_ojs.context import JobCancelled, JobContext, JobError
 from django_ojs.exceptions import ValidationError
 from django_ojs.registry import Handler
@@ -154,7 +154,7 @@ def run(handler: Handler, args: list[Any], ctx: JobContext) -> Outcome:
     except Exception as exc:
         return Outcome(False, error=exception_error(exc))
     try:
-        result = envelope.check_json(result, "result")
+        result = validation.check_json(result, "result")
     except ValidationError as exc:
         return Outcome(
             False,

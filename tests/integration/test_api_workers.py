@@ -101,7 +101,7 @@ def test_fetch__shows_the_backoff_the_retry_waited(api):
         ({}, "queues"),
         ({"queues": []}, "queues"),
         ({"queues": "default"}, "queues"),
-        ({"queues": ["Bad!"]}, "queue"),
+        ({"queues": ["Bad!"]}, "queues"),
         ({"queues": ["default"], "count": 0}, "count"),
         ({"queues": ["default"], "count": 1001}, "count"),
         ({"queues": ["default"], "visibility_timeout_ms": -1}, "visibility_timeout_ms"),

@@ -161,6 +161,8 @@ def test_report_progress__emits_an_event_for_active_jobs_only():
     assert event.data["progress"] == 0.25 and event.data["progress_percent"] == 25.0
     assert event.data["progress_message"] == "a quarter" and event.data["worker_id"] == "w1"
     with pytest.raises(ValidationError):
-        lifecycle.report_progress(j.id, 2)
+        lifecycle.report_progress(j.id, "half")
+    assert lifecycle.report_progress(j.id, 2)  # clamped, as over HTTP (progress ext. §5)
+    assert Event.objects.filter(type="job.progress").last().data["progress"] == 1.0
     lifecycle.ack(j.id)
     assert lifecycle.report_progress(j.id, 0.5) is False

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework.response import Response
 
-from django_ojs import envelope, lifecycle
+from django_ojs import lifecycle, validation
 from django_ojs.api import pagination, serializers
 from django_ojs.api.permissions import ADMIN
 from django_ojs.api.views.base import OJSView
@@ -25,7 +25,7 @@ class DeadLetterListView(OJSView):
         page = pagination.page(params)
         jobs = Job.objects.using(settings.DATABASE).dead_letter()
         if params.get("queue"):
-            jobs = jobs.filter(queue=envelope.validate_queue(params["queue"]))
+            jobs = jobs.filter(queue=validation.validate_queue(params["queue"]))
         if params.get("type"):
             jobs = jobs.filter(type=params["type"])
         jobs = jobs.order_by("-discarded_at", "-id")

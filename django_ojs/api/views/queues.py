@@ -7,7 +7,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework.response import Response
 
-from django_ojs import envelope, queues
+from django_ojs import lifecycle, queues, validation
 from django_ojs.api import pagination, serializers
 from django_ojs.api.permissions import ADMIN, PRODUCER
 from django_ojs.api.views.base import OJSView
@@ -18,7 +18,7 @@ from django_ojs.models import Job
 
 def _known(name: str) -> queues.QueueInfo:
     """The queue's info if it exists: a ``Queue`` row, ``default``, or jobs that name it."""
-    envelope.validate_queue(name)
+    validation.validate_queue(name)
     for info in queues.list_queues():
         if info.name == name:
             return info
@@ -58,7 +58,7 @@ class QueuePauseView(OJSView):
 
     def post(self, request: Any, name: str) -> Response:
         self.body(request)
-        queue = queues.pause(name, by=self.actor(request))
+        queue = lifecycle.pause_queue(name, by=self.actor(request))
         info = queues.QueueInfo(queue.name, queue.paused, queue.paused_at, queue.created_at)
         body = serializers.queue(info)
         return Response({"queue": body, "status": body["status"], "paused_at": body["paused_at"]})
@@ -71,7 +71,7 @@ class QueueResumeView(OJSView):
 
     def post(self, request: Any, name: str) -> Response:
         self.body(request)
-        queue = queues.resume(name, by=self.actor(request))
+        queue = lifecycle.resume_queue(name, by=self.actor(request))
         info = queues.QueueInfo(queue.name, queue.paused, queue.paused_at, queue.created_at)
         body = serializers.queue(info)
         return Response(

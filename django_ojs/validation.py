@@ -1,0 +1,223 @@
+"""The rule for each input a caller sends: one function per input, one message per refusal.
+
+The HTTP serializers and the lifecycle functions both call these, so the Python API and the
+HTTP binding accept and refuse the same values with the same
+:class:`~django_ojs.exceptions.ValidationError` (message and ``field``). Pure: no database,
+no Django; patterns are matched with ``fullmatch`` (a trailing newline never passes).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, Literal, NamedTuple, overload
+
+from django_ojs.conf import DEFAULT_QUEUE
+from django_ojs.exceptions import ValidationError
+from django_ojs.retry import parse_duration
+
+QUEUE_PATTERN = re.compile(r"[a-z0-9][a-z0-9\-.]*")
+QUEUE_MAX_LENGTH = 128
+#: Most jobs one FETCH may claim (HTTP binding §10.1 ``count``).
+MAX_FETCH_COUNT = 1000
+#: Longest worker id (the ``ojs_worker.id`` column).
+WORKER_ID_MAX_LENGTH = 255
+#: States a worker may report in a BEAT (worker protocol §4).
+WORKER_STATES = ("running", "quiet", "terminate")
+
+
+# --------------------------------------------------------------------------- JSON values
+
+
+def check_json(value: Any, path: str) -> Any:
+    """Return ``value`` as JSON-native data, or raise naming ``path`` (OJS core §5.5.1).
+
+    Tuples become lists; anything that is not str/int/float/bool/None/list/dict is refused
+    (no pickling, no ``default=str``), as are NaN/Infinity and non-string keys.
+    """
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError(f"{path} must not be NaN or Infinity", field=path)
+        return value
+    if isinstance(value, list | tuple):
+        return [check_json(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValidationError(f"{path} keys must be strings", field=path)
+            out[k] = check_json(v, f"{path}.{k}")
+        return out
+    raise ValidationError(
+        f"{path} must contain only JSON-native values, not {type(value).__name__}", field=path
+    )
+
+
+# --------------------------------------------------------------------------- queues
+
+
+def _queue_name(value: Any, label: str, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{label} must be a non-empty string", field=field)
+    if len(value) > QUEUE_MAX_LENGTH or not QUEUE_PATTERN.fullmatch(value):
+        raise ValidationError(
+            f"{label} must match [a-z0-9][a-z0-9-.]* and be at most {QUEUE_MAX_LENGTH} characters",
+            field=field,
+        )
+    return value
+
+
+def validate_queue(value: Any, *, field: str = "queue") -> str:
+    """A queue name (OJS core §5.2); ``None`` means the default queue."""
+    if value is None:
+        return DEFAULT_QUEUE
+    return _queue_name(value, field, field)
+
+
+def validate_queues(value: Any, *, field: str = "queues", allow_empty: bool = False) -> list[str]:
+    """A list of queue names, in the caller's order (a bare string is refused)."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValidationError(f"{field} must be an array of queue names", field=field)
+    if not value and not allow_empty:
+        raise ValidationError(f"{field} must name at least one queue", field=field)
+    return [_queue_name(v, f"{field}[{i}]", field) for i, v in enumerate(value)]
+
+
+def validate_fetch_count(value: Any) -> int:
+    """How many jobs one FETCH may claim: an integer from 1 to :data:`MAX_FETCH_COUNT`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FETCH_COUNT:
+        raise ValidationError(
+            f"count must be an integer from 1 to {MAX_FETCH_COUNT}", field="count"
+        )
+    return value
+
+
+# --------------------------------------------------------------------------- workers
+
+
+@overload
+def validate_worker_id(value: Any, *, required: Literal[True]) -> str: ...
+@overload
+def validate_worker_id(value: Any, *, required: bool = False) -> str | None: ...
+def validate_worker_id(value: Any, *, required: bool = False) -> str | None:
+    """A worker id: a non-empty string of at most 255 characters (``None`` if optional)."""
+    if value is None:
+        if required:
+            raise ValidationError("worker_id is required", field="worker_id")
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValidationError("worker_id must be a non-empty string", field="worker_id")
+    if len(value) > WORKER_ID_MAX_LENGTH:
+        raise ValidationError(
+            f"worker_id must be at most {WORKER_ID_MAX_LENGTH} characters", field="worker_id"
+        )
+    return value
+
+
+def validate_worker_state(value: Any) -> str | None:
+    """The state a worker reports in a BEAT: running, quiet or terminate (or ``None``)."""
+    if value is not None and value not in WORKER_STATES:
+        raise ValidationError("state must be running, quiet or terminate", field="state")
+    return None if value is None else str(value)
+
+
+def validate_non_negative(value: Any, field: str) -> int | None:
+    """A count a worker reports (``pid``, ``concurrency``): a non-negative integer or None."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValidationError(f"{field} must be a non-negative integer", field=field)
+    return value
+
+
+def validate_strings(value: Any, field: str) -> list[str] | None:
+    """A list of non-empty strings (worker ``labels``, ids), or None."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, str)
+        or not isinstance(value, list | tuple)
+        or not all(isinstance(v, str) and v for v in value)
+    ):
+        raise ValidationError(f"{field} must be an array of non-empty strings", field=field)
+    return list(value)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress(NamedTuple):
+    value: float  # 0.0-1.0
+    message: str | None
+    data: dict[str, Any] | None
+
+
+def validate_progress(
+    value: Any,
+    message: Any = None,
+    data: Any = None,
+    *,
+    field: str = "progress",
+    scale: float = 1.0,
+) -> Progress:
+    """A progress report: ``value`` from 0 to ``scale`` (clamped), a message, structured data.
+
+    Out-of-range numbers are clamped, not refused (progress extension §5). ``scale`` is
+    100 for a ``percentage``; the result is always a fraction from 0.0 to 1.0.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(f"{field} must be a number from 0 to {scale:g}", field=field)
+    if message is not None and not isinstance(message, str):
+        raise ValidationError("message must be a string", field="message")
+    if data is not None:
+        if not isinstance(data, dict):
+            raise ValidationError("data must be an object", field="data")
+        data = check_json(data, "data")
+    return Progress(min(max(value / scale, 0.0), 1.0), message, data)
+
+
+# --------------------------------------------------------------------------- durations
+
+
+def duration_ms(value: Any, field: str, *, unit: str = "s", allow_zero: bool = False) -> int | None:
+    """A duration a caller asks for, in whole milliseconds; ``None`` passes through.
+
+    ``unit="s"``: a number of seconds, a ``timedelta`` or an ISO-8601 string (``PT30S``);
+    ``unit="ms"``: a number of milliseconds. Positive (or non-negative with
+    ``allow_zero``) and finite.
+    """
+    if value is None:
+        return None
+    kind = "non-negative" if allow_zero else "positive"
+    unit_name = "seconds" if unit == "s" else "milliseconds"
+    message = f"{field} must be a {kind} number of {unit_name}"
+    if unit == "s" and isinstance(value, timedelta):
+        value = value.total_seconds()
+    elif unit == "s" and isinstance(value, str):
+        try:
+            value = parse_duration(value, field_name=field) / 1000
+        except ValidationError as exc:
+            raise ValidationError(exc.message, field=field) from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(message, field=field)
+    ms = value * 1000 if unit == "s" else value
+    if not math.isfinite(ms) or ms < 0 or (ms == 0 and not allow_zero):
+        raise ValidationError(message, field=field)
+    return round(ms)
+
+
+def first_duration_ms(
+    source: Sequence[dict[str, Any]], name: str, *, allow_zero: bool = False
+) -> int | None:
+    """A wire duration: ``<name>_ms`` (milliseconds) wins over ``<name>`` (seconds/ISO-8601).
+
+    ``source`` lists the objects to look in, first match wins (``options`` before the
+    top level of an enqueue request, HTTP binding §9.1).
+    """
+    for unit, key in (("ms", f"{name}_ms"), ("s", name)):
+        for obj in source:
+            if obj.get(key) is not None:
+                return duration_ms(obj[key], key, unit=unit, allow_zero=allow_zero)
+    return None

@@ -1,0 +1,223 @@
+"""The input rules of ``django_ojs.validation``: one function per input, no database."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from django_ojs import validation
+from django_ojs.envelope import build
+from django_ojs.exceptions import ValidationError
+from django_ojs.retry import parse_duration
+
+
+def refused(call, *args, **kwargs) -> ValidationError:
+    with pytest.raises(ValidationError) as info:
+        call(*args, **kwargs)
+    assert info.value.code == "invalid_payload"
+    return info.value
+
+
+# ------------------------------------------------------------------------------ queues
+
+
+@pytest.mark.parametrize("name", ["default", "a", "0", "mail.high", "mail-low", "a" * 128])
+def test_validate_queue__accepts(name):
+    assert validation.validate_queue(name) == name
+
+
+def test_validate_queue__none_is_the_default_queue():
+    assert validation.validate_queue(None) == "default"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "Mail", "-a", ".a", "a b", "a_b", "a" * 129, 5, "default\n", "default\r\n", "\ndefault"],
+)
+def test_validate_queue__refuses(name):
+    error = refused(validation.validate_queue, name)
+    assert error.field == "queue"
+
+
+def test_validate_queues__keeps_order_and_accepts_tuples():
+    assert validation.validate_queues(("b", "a")) == ["b", "a"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("default", "queues must be an array of queue names"),
+        (None, "queues must be an array of queue names"),
+        ([], "queues must name at least one queue"),
+        (["ok", ""], "queues[1] must be a non-empty string"),
+        (["ok", None], "queues[1] must be a non-empty string"),
+        (["Bad"], "queues[0] must match [a-z0-9][a-z0-9-.]* and be at most 128 characters"),
+        (["ok\n"], "queues[0] must match [a-z0-9][a-z0-9-.]* and be at most 128 characters"),
+    ],
+)
+def test_validate_queues__refuses(value, message):
+    error = refused(validation.validate_queues, value)
+    assert (error.field, error.message) == ("queues", message)
+
+
+def test_validate_queues__allow_empty():
+    assert validation.validate_queues([], allow_empty=True) == []
+
+
+# ------------------------------------------------------------------------------ fetch count
+
+
+@pytest.mark.parametrize("count", [1, 10, validation.MAX_FETCH_COUNT])
+def test_validate_fetch_count__accepts(count):
+    assert validation.validate_fetch_count(count) == count
+
+
+@pytest.mark.parametrize("count", [0, -1, validation.MAX_FETCH_COUNT + 1, True, 1.0, "1", None])
+def test_validate_fetch_count__refuses(count):
+    error = refused(validation.validate_fetch_count, count)
+    assert error.field == "count"
+    assert error.message == "count must be an integer from 1 to 1000"
+
+
+# ------------------------------------------------------------------------------ workers
+
+
+def test_validate_worker_id():
+    assert validation.validate_worker_id("w-1") == "w-1"
+    assert validation.validate_worker_id(None) is None
+    assert refused(validation.validate_worker_id, None, required=True).message == (
+        "worker_id is required"
+    )
+    for bad in ("", 5, ["w"]):
+        assert refused(validation.validate_worker_id, bad).message == (
+            "worker_id must be a non-empty string"
+        )
+    error = refused(validation.validate_worker_id, "w" * 256)
+    assert (error.field, error.message) == ("worker_id", "worker_id must be at most 255 characters")
+
+
+@pytest.mark.parametrize("state", [None, "running", "quiet", "terminate"])
+def test_validate_worker_state__accepts(state):
+    assert validation.validate_worker_state(state) == state
+
+
+@pytest.mark.parametrize("state", ["sleeping", "", "quiet\n", 1])
+def test_validate_worker_state__refuses(state):
+    error = refused(validation.validate_worker_state, state)
+    assert (error.field, error.message) == ("state", "state must be running, quiet or terminate")
+
+
+def test_validate_non_negative_and_strings():
+    assert validation.validate_non_negative(0, "pid") == 0
+    assert validation.validate_non_negative(None, "pid") is None
+    for bad in (-1, True, 1.5, "3"):
+        assert refused(validation.validate_non_negative, bad, "pid").field == "pid"
+    assert validation.validate_strings(("a",), "labels") == ["a"]
+    for bad in ("a", [""], [1], {"a": 1}):
+        assert refused(validation.validate_strings, bad, "labels").field == "labels"
+
+
+# ------------------------------------------------------------------------------ progress
+
+
+@pytest.mark.parametrize(
+    ("value", "scale", "expected"),
+    [(0, 1.0, 0.0), (0.5, 1.0, 0.5), (1, 1.0, 1.0), (1.7, 1.0, 1.0), (-3, 1.0, 0.0),
+     (40, 100.0, 0.4), (250, 100.0, 1.0)],
+)  # fmt: skip
+def test_validate_progress__clamps(value, scale, expected):
+    assert validation.validate_progress(value, scale=scale).value == expected
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "message"),
+    [
+        ({"value": "half"}, "progress", "progress must be a number from 0 to 1"),
+        ({"value": None}, "progress", "progress must be a number from 0 to 1"),
+        ({"value": True}, "progress", "progress must be a number from 0 to 1"),
+        ({"value": float("nan")}, "progress", "progress must be a number from 0 to 1"),
+        (
+            {"value": None, "field": "percentage", "scale": 100.0},
+            "percentage",
+            "percentage must be a number from 0 to 100",
+        ),
+        ({"value": 0.5, "message": 3}, "message", "message must be a string"),
+        ({"value": 0.5, "data": []}, "data", "data must be an object"),
+        ({"value": 0.5, "data": {"x": object()}}, "data.x", None),
+    ],
+)
+def test_validate_progress__refuses(kwargs, field, message):
+    error = refused(validation.validate_progress, **kwargs)
+    assert error.field == field
+    if message:
+        assert error.message == message
+
+
+def test_validate_progress__keeps_message_and_data():
+    assert validation.validate_progress(0.5, "half", {"n": (1, 2)}) == (0.5, "half", {"n": [1, 2]})
+
+
+# ------------------------------------------------------------------------------ durations
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(30, 30_000), (0.25, 250), (timedelta(minutes=1), 60_000), ("PT1.5S", 1500), (None, None)],
+)
+def test_duration_ms__seconds(value, expected):
+    assert validation.duration_ms(value, "visibility_timeout") == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, -1, True, "soon", "PT0S", "PT1S\n", float("inf"), float("nan"), 1e308, timedelta(0), []],
+)
+def test_duration_ms__refuses(value):
+    error = refused(validation.duration_ms, value, "visibility_timeout")
+    assert error.field == "visibility_timeout"
+
+
+def test_duration_ms__message_names_the_unit():
+    assert refused(validation.duration_ms, -1, "timeout").message == (
+        "timeout must be a positive number of seconds"
+    )
+    assert refused(validation.duration_ms, -1, "timeout_ms", unit="ms").message == (
+        "timeout_ms must be a positive number of milliseconds"
+    )
+    assert refused(validation.duration_ms, -1, "grace_period", allow_zero=True).message == (
+        "grace_period must be a non-negative number of seconds"
+    )
+    assert validation.duration_ms(0, "grace_period", allow_zero=True) == 0
+
+
+def test_duration_ms__milliseconds_are_not_strings():
+    assert validation.duration_ms(1500, "timeout_ms", unit="ms") == 1500
+    assert refused(validation.duration_ms, "PT1S", "timeout_ms", unit="ms").field == "timeout_ms"
+
+
+def test_first_duration_ms__ms_wins_and_sources_are_tried_in_order():
+    options, body = {"timeout": 5}, {"timeout_ms": 700, "timeout": 9}
+    assert validation.first_duration_ms([options, body], "timeout") == 700
+    assert validation.first_duration_ms([options, {"timeout": 9}], "timeout") == 5000
+    assert validation.first_duration_ms([{}, {}], "timeout") is None
+    assert refused(validation.first_duration_ms, [{"timeout_ms": 0}], "timeout").field == (
+        "timeout_ms"
+    )
+
+
+# ------------------------------------------------------------------------------ patterns
+
+
+@pytest.mark.parametrize("bad", ["email.send\n", "email.send\r\n", "\nemail.send"])
+def test_type_pattern__trailing_newline_is_refused(bad):
+    assert refused(build, bad, max_bytes=10_000).field == "type"
+
+
+def test_queue_pattern__trailing_newline_is_refused_by_the_envelope():
+    assert refused(build, "a", queue="default\n", max_bytes=10_000).field == "queue"
+
+
+def test_iso_duration__trailing_newline_is_refused():
+    with pytest.raises(ValidationError):
+        parse_duration("PT1S\n")
