@@ -22,6 +22,7 @@ from django_ojs.worker.messages import (
     Done,
     Outcome,
     Progress,
+    Ready,
     RunJob,
     ToChild,
     ToParent,
@@ -141,6 +142,7 @@ def main(conn: Any) -> None:
     django.setup()
 
     child = Child(conn)
+    child.send(Ready(os.getpid()))
     threading.Thread(target=child.read, daemon=True).start()
     threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True).start()
     child.serve()

@@ -255,6 +255,8 @@ class Worker:
 
     def _start(self) -> None:
         self.listener = lifecycle.listen(self.queues, using=self.using)
+        # Ready before registered: a process pool's children have set Django up by then.
+        self.pool.start()
         lifecycle.register(
             self.worker_id,
             hostname=socket.gethostname(),
@@ -265,7 +267,6 @@ class Worker:
             using=self.using,
         )
         self.supervisor.last_beat = time.monotonic()
-        self.pool.start()
         self.completer.start()
         self._spawn(lambda: self.supervisor.run(self._stop), "ojs-supervisor")
         if self.run_reaper:

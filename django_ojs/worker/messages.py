@@ -60,6 +60,13 @@ class BeatReply:
 
 
 @dataclass(frozen=True)
+class Ready:
+    """Django is set up: the child can run handlers (sent once, first)."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
 class Beat:
     """The handler called ``ctx.heartbeat()``; the child waits for a :class:`BeatReply`."""
 
@@ -85,4 +92,4 @@ class Done:
 
 
 ToChild = RunJob | CancelJob | BeatReply
-ToParent = Beat | Progress | Done
+ToParent = Ready | Beat | Progress | Done

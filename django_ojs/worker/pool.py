@@ -27,6 +27,7 @@ from django_ojs.worker.messages import (
     Done,
     Outcome,
     Progress,
+    Ready,
     RunJob,
     ToChild,
     ToParent,
@@ -36,6 +37,8 @@ logger = logging.getLogger("django_ojs.worker")
 
 OnDone = Callable[[Attempt, Outcome], None]
 
+#: How long a starting pool waits for its children to set Django up (seconds).
+READY_TIMEOUT = 120.0
 #: A runner drops broken or expired database connections at most this often (seconds).
 CONNECTION_CHECK_INTERVAL = 1.0
 
@@ -135,6 +138,13 @@ class ProcessPool:
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.slots = [ProcessSlot(self, ctx, i + 1) for i in range(self.size)]
+        # The children set Django up in parallel; the worker claims no job before they
+        # can run it, so no job's timeout runs while a child is still starting.
+        for slot in self.slots:
+            slot.spawn_child()
+        deadline = time.monotonic() + READY_TIMEOUT
+        for slot in self.slots:
+            slot.wait_ready(deadline - time.monotonic())
         for slot in self.slots:
             slot.start()
 
@@ -180,10 +190,9 @@ class ProcessSlot:
         self._thread = threading.Thread(target=self._run, name=f"ojs-slot-{n}", daemon=True)
 
     def start(self) -> None:
-        self._spawn_child()
         self._thread.start()
 
-    def _spawn_child(self) -> None:
+    def spawn_child(self) -> None:
         parent_conn, child_conn = self.mp.Pipe()
         process = self.mp.Process(
             target=child.main, args=(child_conn,), name=f"ojs-child-{self.n}", daemon=True
@@ -191,6 +200,18 @@ class ProcessSlot:
         process.start()
         child_conn.close()
         self.process, self.conn = process, parent_conn
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait for the child's :class:`Ready`; False if it died or took too long."""
+        try:
+            if self.conn.poll(max(timeout, 0.0)):
+                message = self.conn.recv()
+                if isinstance(message, Ready):
+                    return True
+        except (EOFError, OSError):
+            pass
+        logger.warning("handler process %d did not report ready", self.n)
+        return False
 
     def send(self, message: ToChild) -> None:
         with self._send_lock, contextlib.suppress(OSError, ValueError):
@@ -244,6 +265,8 @@ class ProcessSlot:
                 message: ToParent = self.conn.recv()
             except (EOFError, OSError):
                 return self._child_died(attempt)
+            if isinstance(message, Ready):
+                continue  # a child that was slow to start
             if message.job_id != job_id:
                 logger.warning("ignoring %r: slot %d runs job %s", message, self.n, job_id)
             elif isinstance(message, Done):
@@ -263,7 +286,8 @@ class ProcessSlot:
         with contextlib.suppress(OSError):
             self.conn.close()
         if not self.pool.stopping.is_set():
-            self._spawn_child()
+            self.spawn_child()
+            self.wait_ready(READY_TIMEOUT)
         if attempt.abandoned:
             return None  # we killed it (hard timeout or shutdown): already failed
         logger.error("handler process for job %s exited with code %s", attempt.job_id, exitcode)
