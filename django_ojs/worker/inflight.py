@@ -1,14 +1,16 @@
 """The attempts a worker holds: running (a handler has them) and pending (outcome not written).
 
 Shared by the fetcher (adds), the pool (a handler returned), the supervisor (gives up at a
-hard timeout, heartbeats every held job) and the outcome writer (written). One lock; each
-attempt's outcome is queued for writing exactly once, whoever gets there first.
+hard timeout, heartbeats every held job), the outcome writer (written) and the shutdown
+(drains, gives up leftovers). One lock; each attempt's outcome is queued for writing
+exactly once, whoever gets there first.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +20,8 @@ from django_ojs.worker.messages import Outcome
 logger = logging.getLogger("django_ojs.worker")
 
 Record = Callable[[Any, int, Outcome], None]
+#: Seconds between "draining" log lines during a graceful shutdown.
+DRAIN_LOG_INTERVAL = 5.0
 
 
 class InFlight:
@@ -83,3 +87,28 @@ class InFlight:
         with self.lock:
             for job_id in job_ids:
                 self.pending.pop(job_id, None)
+
+    def drain(self, deadline: float, *, forced: Callable[[], bool]) -> None:
+        """Wait until no handler runs, ``deadline`` (monotonic) passes or ``forced()``."""
+        next_log = 0.0
+        while True:
+            left = len(self.running)
+            now = time.monotonic()
+            if not left or forced() or now >= deadline:
+                return
+            if now >= next_log:
+                logger.info(
+                    "draining: %d job(s) running, %.1fs of grace period left", left, deadline - now
+                )
+                next_log = now + DRAIN_LOG_INTERVAL
+            self.changed.wait(min(0.1, deadline - now))
+            self.changed.clear()
+
+    def give_up_all(self, reason: str, outcome: Outcome) -> None:
+        """Signal every running handler to stop and record ``outcome`` for it now."""
+        for attempt in self.attempts():
+            attempt.ctx.cancel(reason, error=outcome.error, requeue=outcome.requeue)
+            if self.give_up(attempt, outcome):
+                logger.warning(
+                    "job %s did not finish in time: failed as %s", attempt.job_id, reason
+                )

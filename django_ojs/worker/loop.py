@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections
 
@@ -36,17 +36,21 @@ from django_ojs.worker.supervisor import Supervisor
 
 logger = logging.getLogger("django_ojs.worker")
 
+T = TypeVar("T")
 POOLS = ("threads", "processes")
 #: Allocations between young-generation collections in a worker process (Python: 700).
 GC_THRESHOLD = 20_000
 #: Exit status after a second SIGINT (128 + SIGINT, as a shell reports it).
 FORCED_EXIT = 130
-#: Seconds between "draining" log lines during a graceful shutdown.
-DRAIN_LOG_INTERVAL = 5.0
 
 
 def default_worker_id() -> str:
     return f"worker-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def given(value: T | None, setting: T) -> T:
+    """An option's value, or the setting when it was not given (``None``)."""
+    return setting if value is None else value
 
 
 class Worker:
@@ -82,26 +86,16 @@ class Worker:
         using: str | None = None,
     ):
         self.queues = list(queues or settings.WORKER_QUEUES)
-        self.concurrency = concurrency if concurrency is not None else settings.WORKER_CONCURRENCY
+        self.concurrency = given(concurrency, settings.WORKER_CONCURRENCY)
         self.pool_kind = pool or settings.WORKER_POOL
         if self.pool_kind not in POOLS:
             raise ValueError(f"pool must be one of {POOLS}, not {self.pool_kind!r}")
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        self.poll_interval = (
-            poll_interval if poll_interval is not None else settings.WORKER_POLL_INTERVAL
-        )
-        self.shutdown_grace_period = (
-            shutdown_grace_period
-            if shutdown_grace_period is not None
-            else settings.SHUTDOWN_GRACE_PERIOD
-        )
-        self.heartbeat_interval = (
-            heartbeat_interval
-            if heartbeat_interval is not None
-            else settings.WORKER_HEARTBEAT_INTERVAL
-        )
-        self.run_reaper = settings.WORKER_RUN_REAPER if run_reaper is None else run_reaper
+        self.poll_interval = given(poll_interval, settings.WORKER_POLL_INTERVAL)
+        self.shutdown_grace_period = given(shutdown_grace_period, settings.SHUTDOWN_GRACE_PERIOD)
+        self.heartbeat_interval = given(heartbeat_interval, settings.WORKER_HEARTBEAT_INTERVAL)
+        self.run_reaper = given(run_reaper, settings.WORKER_RUN_REAPER)
         self.worker_id = worker_id or default_worker_id()
         self.labels = list(labels)
         self.handlers = handlers or registry
@@ -296,12 +290,10 @@ class Worker:
     def _shutdown(self) -> None:
         """Worker protocol §7.2: drain up to the grace period, FAIL leftovers, deregister."""
         self.state = TERMINATE
-        self._drain(time.monotonic() + self.shutdown_grace_period)
+        deadline = time.monotonic() + self.shutdown_grace_period
+        self.inflight.drain(deadline, forced=lambda: self._force)
         error = execution.shutdown_error(self.shutdown_grace_period)
-        for attempt in self.inflight.attempts():
-            attempt.ctx.cancel("shutdown", error=error, requeue=True)
-            if self.inflight.give_up(attempt, Outcome(False, error=error, requeue=True)):
-                logger.warning("job %s did not finish in time: failed as shutdown", attempt.job_id)
+        self.inflight.give_up_all("shutdown", Outcome(False, error=error, requeue=True))
         self.pool.stop()
         self.completer.stop(timeout=30)
         self._stop.set()
@@ -322,22 +314,6 @@ class Worker:
             self.completer.ignored,
         )
         connections.close_all()
-
-    def _drain(self, deadline: float) -> None:
-        """Wait for running handlers until ``deadline`` (or a second stop request)."""
-        next_log = 0.0
-        while True:
-            left = len(self.inflight)
-            now = time.monotonic()
-            if not left or self._force or now >= deadline:
-                return
-            if now >= next_log:
-                logger.info(
-                    "draining: %d job(s) running, %.1fs of grace period left", left, deadline - now
-                )
-                next_log = now + DRAIN_LOG_INTERVAL
-            self._wakeup.wait(min(0.1, deadline - now))
-            self._wakeup.clear()
 
 
 def tune_process() -> None:
