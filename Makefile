@@ -13,12 +13,17 @@ PYTEST_ARGS ?=
 PYTHON_DJ6 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.13 python3.12 2>/dev/null))
 VENV_DJ6 ?= .venv-django6
 DEMO_PORT ?= 8000
+# test-under-load: CPU burners, runs per database, which databases, pytest options (-x: stop at the first failure).
+LOAD_BURNERS ?= 2
+LOAD_RUNS ?= 3
+LOAD_DATABASES ?= sqlite postgresql
+LOAD_PYTEST_ARGS ?= -x
 # OJS conformance run: its own databases (CONF_DB and CONF_DB_l24) and ports (CONF_PORT, +1).
 CONF_DB ?= ojs_conformance
 CONF_PORT ?= 18765
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-sqlite test-postgres test-django6 conformance browser-deps lint typecheck check-migrations bench bench-worker db-up clean
+.PHONY: help demo test test-sqlite test-postgres test-under-load test-django6 conformance browser-deps lint typecheck check-migrations bench bench-worker db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -78,6 +83,26 @@ test-postgres: $(VENV)/.installed browser-deps ## Run the whole suite on Postgre
 	else \
 		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the PostgreSQL suite was NOT run (CI=true makes this an error)." >&2; \
 	fi
+
+test-under-load: $(VENV)/.installed browser-deps ## Whole suite 3x on SQLite, then 3x on PostgreSQL, beside 2 CPU burners (by hand; stops at the first failure)
+	@set -e; burners=""; \
+	for _ in $$(seq $(LOAD_BURNERS)); do python3 -c "while True: pass" & burners="$$burners $$!"; done; \
+	trap 'kill $$burners 2>/dev/null || true' EXIT; trap 'exit 130' INT TERM; \
+	echo "== $(LOAD_BURNERS) CPU burners running (pids$$burners)"; \
+	for database in $(LOAD_DATABASES); do \
+		if [ "$$database" = sqlite ]; then url="$(SQLITE_URL)"; \
+		elif $(PY) -c "import psycopg; psycopg.connect(host='$(PG_HOST)', port=$(PG_PORT), user='$(PG_USER)', dbname='postgres', connect_timeout=5).close()" 2>/dev/null; then url="$(PG_URL)"; \
+		elif [ "$$CI" = "true" ]; then \
+			echo "ERROR: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable and CI=true: the PostgreSQL runs cannot run." >&2; exit 1; \
+		else \
+			echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the PostgreSQL runs were NOT done (CI=true makes this an error)." >&2; continue; \
+		fi; \
+		for run in $$(seq $(LOAD_RUNS)); do \
+			echo "== Under load: $$database run $$run/$(LOAD_RUNS)"; \
+			DATABASE_URL="$$url" $(PY) -m pytest $(LOAD_PYTEST_ARGS) $(PYTEST_ARGS); \
+		done; \
+	done; \
+	echo "== Under load: no run failed"
 
 test-django6: ## Run the suite on Django 6.x (needs Python 3.12+; skipped with a notice when none is installed)
 	@if [ -z "$(PYTHON_DJ6)" ]; then echo "NOTICE: no Python 3.12+ found: the Django 6.x suite was not run."; exit 0; fi; \

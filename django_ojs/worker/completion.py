@@ -18,7 +18,7 @@ from typing import Any
 from django.db import close_old_connections, connections
 
 from django_ojs import lifecycle
-from django_ojs.worker.execution import Outcome
+from django_ojs.worker.messages import Outcome
 
 logger = logging.getLogger("django_ojs.worker")
 

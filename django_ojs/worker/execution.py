@@ -1,42 +1,25 @@
 """Run one handler call and turn what happened into an :class:`Outcome`.
 
 Shared by the thread pool and the child processes of the process pool. Knows nothing
-about the database: the worker records outcomes through ``lifecycle``.
+about the database: the worker records outcomes through ``lifecycle``. The
+:class:`~django_ojs.worker.messages.Outcome` it returns is defined with the pool's messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import traceback
-from dataclasses import dataclass
 from typing import Any
 
 from django_ojs import validation
 from django_ojs.context import JobCancelled, JobContext, JobError
 from django_ojs.exceptions import ValidationError
 from django_ojs.registry import Handler
+from django_ojs.worker.messages import Outcome
 
 #: An exception's backtrace keeps the innermost frames (failure entries stay readable).
 MAX_FRAMES = 50
 MAX_BACKTRACE_CHARS = 10_000
-
-
-@dataclass
-class Outcome:
-    """The end of one attempt: a result to ACK, or an error to FAIL."""
-
-    ok: bool
-    result: Any = None
-    error: dict[str, Any] | None = None
-    #: Back to ``available`` at once (shutdown) rather than through the retry backoff.
-    requeue: bool = False
-
-    def as_tuple(self) -> tuple[bool, Any, dict[str, Any] | None, bool]:
-        return (self.ok, self.result, self.error, self.requeue)
-
-    @classmethod
-    def from_tuple(cls, value: tuple[bool, Any, dict[str, Any] | None, bool]) -> Outcome:
-        return cls(*value)
 
 
 def format_backtrace(exc: BaseException) -> list[str]:

@@ -1,9 +1,10 @@
-"""The in-process worker: register, fetch, run handlers, record outcomes, heartbeat, stop.
+"""The worker: composes the parts of one ``ojs_worker`` process and owns its run state.
 
-Every database change is a ``lifecycle`` call (``register``, ``fetch``, ``ack_many``,
-``fail_many``, ``beat``, ``deregister``); this module schedules them. Threads: the main
-loop fetches, a supervisor heartbeats and enforces execution timeouts, a completer
-writes outcomes in batches, the pool runs handlers, and optionally the reaper runs too.
+:class:`Worker` holds the configuration, the run state (running, quiet, terminate) and the
+signal handlers, and wires the parts together: the fetcher (``fetcher.py``) claims jobs,
+the pool (``pool.py``) runs handlers, the outcome writer (``completion.py``) records
+results, the supervisor (``supervisor.py``) heartbeats and enforces timeouts, and
+optionally the reaper runs too. Database access: ``lifecycle`` calls only, in those parts.
 """
 
 from __future__ import annotations
@@ -17,54 +18,39 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections
 
 from django_ojs import lifecycle, reaper
 from django_ojs.conf import settings
-from django_ojs.context import JobContext
-from django_ojs.drivers import get_driver
-from django_ojs.lifecycle.store import db
-from django_ojs.models import Job
-from django_ojs.policy import Durations, configured, effective, ms_to_seconds
 from django_ojs.registry import Registry, registry
 from django_ojs.worker import execution
 from django_ojs.worker.attempt import Attempt
 from django_ojs.worker.completion import Completer
-from django_ojs.worker.execution import Outcome
+from django_ojs.worker.fetcher import QUIET, RUNNING, TERMINATE, Fetcher
+from django_ojs.worker.inflight import InFlight
+from django_ojs.worker.messages import Outcome
 from django_ojs.worker.pool import ProcessPool, ThreadPool
+from django_ojs.worker.supervisor import Supervisor
 
 logger = logging.getLogger("django_ojs.worker")
 
-RUNNING, QUIET, TERMINATE = "running", "quiet", "terminate"
+T = TypeVar("T")
 POOLS = ("threads", "processes")
-#: How often the supervisor looks at deadlines (seconds).
-TICK = 0.05
-#: Handler-initiated heartbeats closer together than this share one BEAT.
-MIN_HANDLER_BEAT_INTERVAL = 0.25
-#: The job fields a fetch loads; the full envelope is read only if a handler asks for it.
-FETCH_FIELDS = (
-    "type", "queue", "args", "meta", "state", "attempt", "priority", "timeout_ms",
-    "grace_period_ms", "started_at", "worker_id",
-)  # fmt: skip
-#: A busy worker waits up to this long (seconds) for a quarter of its slots to be free
-#: before it fetches, rather than fetching one job per returning handler.
-BATCH_WAIT = 0.005
 #: Allocations between young-generation collections in a worker process (Python: 700).
 GC_THRESHOLD = 20_000
 #: Exit status after a second SIGINT (128 + SIGINT, as a shell reports it).
 FORCED_EXIT = 130
 
 
-def load_envelope(job_id: Any, using: str) -> dict[str, Any]:
-    """The job's OJS envelope, read when a handler first looks at ``ctx.job``."""
-    return Job.objects.using(using).get(pk=job_id).to_wire()
-
-
 def default_worker_id() -> str:
     return f"worker-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def given(value: T | None, setting: T) -> T:
+    """An option's value, or the setting when it was not given (``None``)."""
+    return setting if value is None else value
 
 
 class Worker:
@@ -100,57 +86,76 @@ class Worker:
         using: str | None = None,
     ):
         self.queues = list(queues or settings.WORKER_QUEUES)
-        self.concurrency = concurrency if concurrency is not None else settings.WORKER_CONCURRENCY
+        self.concurrency = given(concurrency, settings.WORKER_CONCURRENCY)
         self.pool_kind = pool or settings.WORKER_POOL
         if self.pool_kind not in POOLS:
             raise ValueError(f"pool must be one of {POOLS}, not {self.pool_kind!r}")
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        self.poll_interval = (
-            poll_interval if poll_interval is not None else settings.WORKER_POLL_INTERVAL
-        )
-        self.shutdown_grace_period = (
-            shutdown_grace_period
-            if shutdown_grace_period is not None
-            else settings.SHUTDOWN_GRACE_PERIOD
-        )
-        self.heartbeat_interval = (
-            heartbeat_interval
-            if heartbeat_interval is not None
-            else settings.WORKER_HEARTBEAT_INTERVAL
-        )
-        self.run_reaper = settings.WORKER_RUN_REAPER if run_reaper is None else run_reaper
+        self.poll_interval = given(poll_interval, settings.WORKER_POLL_INTERVAL)
+        self.shutdown_grace_period = given(shutdown_grace_period, settings.SHUTDOWN_GRACE_PERIOD)
+        self.heartbeat_interval = given(heartbeat_interval, settings.WORKER_HEARTBEAT_INTERVAL)
+        self.run_reaper = given(run_reaper, settings.WORKER_RUN_REAPER)
         self.worker_id = worker_id or default_worker_id()
         self.labels = list(labels)
         self.handlers = handlers or registry
-        self.using = db(using)
+        self.using = lifecycle.database(using)
 
-        self._min_batch = max(1, self.concurrency // 4)
         self.state = RUNNING
         self._quiet_by_directive = False
         self._force = False
         self._interrupts = 0
-        self._lock = threading.Lock()
-        self._beat_lock = threading.Lock()
-        self._last_beat = 0.0
-        self.running: dict[Any, Attempt] = {}
-        self.pending: dict[Any, int] = {}
-        self._poke = threading.Event()
+        #: Set when a slot frees up or the state changes: wakes the fetcher and the drain.
+        self._wakeup = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.listener: Any = None
         self.completer = Completer(self.worker_id, using=self.using, on_written=self._written)
+        self.inflight = InFlight(self.completer.put, self._wakeup)
         self.pool: ThreadPool | ProcessPool
         if self.pool_kind == "processes":
             self.pool = ProcessPool(
                 self.concurrency,
-                self._finish,
+                self.inflight.finish,
                 on_beat=self._child_beat,
-                on_progress=self._progress,
+                on_progress=self._child_progress,
                 using=self.using,
             )
         else:
-            self.pool = ThreadPool(self.concurrency, self._finish)
+            self.pool = ThreadPool(self.concurrency, self.inflight.finish)
+        self.supervisor = Supervisor(
+            self.worker_id,
+            inflight=self.inflight,
+            pool=self.pool,
+            heartbeat_interval=self.heartbeat_interval,
+            state=lambda: self.state,
+            obey=self.obey,
+            using=self.using,
+        )
+        self.fetcher = Fetcher(
+            self.worker_id,
+            queues=self.queues,
+            concurrency=self.concurrency,
+            poll_interval=self.poll_interval,
+            handlers=self.handlers,
+            inflight=self.inflight,
+            pool=self.pool,
+            state=lambda: self.state,
+            wakeup=self._wakeup,
+            beat=self.supervisor.handler_beat,
+            progress=self.supervisor.progress,
+            using=self.using,
+        )
+
+    @property
+    def running(self) -> dict[Any, Attempt]:
+        """The attempts whose handlers are running, by job id."""
+        return self.inflight.running
+
+    @property
+    def pending(self) -> dict[Any, int]:
+        """Finished attempts whose outcomes are not written yet, by job id."""
+        return self.inflight.pending
 
     # ------------------------------------------------------------------ state changes
     # Called from signal handlers and heartbeat replies: set flags, wake the loop.
@@ -190,9 +195,19 @@ class Worker:
             os._exit(FORCED_EXIT)
         self.terminate()
 
+    def obey(self, directive: str) -> None:
+        """Apply the state a heartbeat reply asks for (worker protocol §4, §9)."""
+        if directive == TERMINATE:
+            if self.state != TERMINATE:
+                self.terminate()
+        elif directive == QUIET:
+            self.quiet(by_directive=True)
+        elif self.state == QUIET and self._quiet_by_directive:
+            self.resume()
+
     def _wake(self) -> None:
-        self._last_beat = 0.0  # report the new state in the next supervisor tick
-        self._poke.set()
+        self.supervisor.beat_soon()  # report the new state in the next supervisor tick
+        self._wakeup.set()
         listener = self.listener
         if listener is not None:
             # Not from the signal handler itself: waking PostgreSQL opens a connection.
@@ -204,7 +219,22 @@ class Worker:
         signal.signal(signal.SIGTSTP, lambda *_: self.quiet())
         signal.signal(signal.SIGCONT, lambda *_: self.resume())
 
-    # ------------------------------------------------------------------ main loop
+    def heartbeat(self) -> None:
+        """BEAT now with every job this worker holds, and apply the reply."""
+        self.supervisor.heartbeat()
+
+    def _child_beat(self, attempt: Attempt) -> bool:
+        return self.supervisor.child_beat(attempt)
+
+    def _child_progress(
+        self, attempt: Attempt, value: float, message: str | None, data: Any
+    ) -> None:
+        self.supervisor.progress(attempt.job_id, value, message, data)
+
+    def _written(self, job_ids: list[Any]) -> None:
+        self.inflight.written(job_ids)
+
+    # ------------------------------------------------------------------ run
 
     def run(self) -> int:
         """Run until told to stop; returns the exit status (0 after a clean shutdown)."""
@@ -212,13 +242,15 @@ class Worker:
             self.install_signal_handlers()
         self._start()
         try:
-            self._loop()
+            self.fetcher.run(self.listener)
         finally:
             self._shutdown()
         return 0
 
     def _start(self) -> None:
-        self.listener = get_driver(self.using).listener(self.queues)
+        self.listener = lifecycle.listen(self.queues, using=self.using)
+        # Ready before registered: a process pool's children have set Django up by then.
+        self.pool.start()
         lifecycle.register(
             self.worker_id,
             hostname=socket.gethostname(),
@@ -228,10 +260,9 @@ class Worker:
             labels=self.labels,
             using=self.using,
         )
-        self._last_beat = time.monotonic()
-        self.pool.start()
+        self.supervisor.last_beat = time.monotonic()
         self.completer.start()
-        self._spawn(self._supervise, "ojs-supervisor")
+        self._spawn(lambda: self.supervisor.run(self._stop), "ojs-supervisor")
         if self.run_reaper:
             self._spawn(self._reap, "ojs-reaper")
         logger.info(
@@ -248,230 +279,6 @@ class Worker:
         thread.start()
         self._threads.append(thread)
 
-    def _loop(self) -> None:
-        while self.state != TERMINATE:
-            self._poke.clear()
-            if self.state == QUIET:
-                self._poke.wait(self.poll_interval)
-                continue
-            free = self.concurrency - len(self.running)
-            if free <= 0:
-                self._poke.wait(self.poll_interval)  # set when a handler returns
-                continue
-            if free < self._min_batch and self.running:
-                free = self._gather_slots(free)
-            # The attempts' clocks start with the claim, as the server's started_at does.
-            started = time.monotonic()
-            try:
-                jobs = lifecycle.fetch(
-                    self.queues,
-                    free,
-                    worker_id=self.worker_id,
-                    fields=FETCH_FIELDS,
-                    using=self.using,
-                )
-            except Exception:
-                logger.exception("fetch failed; retrying in %.1fs", self.poll_interval)
-                connections[self.using].close()
-                self._poke.wait(self.poll_interval)
-                continue
-            # Configured defaults read once per batch (Django settings are slow to read).
-            defaults = configured()
-            for job in jobs:
-                self._submit(job, started, defaults)
-            if len(jobs) < free:
-                # The queues are empty for now: sleep until a push is notified
-                # (PostgreSQL LISTEN) or the poll interval passes.
-                self.listener.wait(self.poll_interval)
-
-    def _gather_slots(self, free: int) -> int:
-        """A busy worker waits a moment for more free slots, so that one fetch claims a
-        batch: a fetch costs a few round trips whatever its size."""
-        deadline = time.monotonic() + BATCH_WAIT
-        while free < self._min_batch and self.state == RUNNING:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._poke.clear()
-            self._poke.wait(left)
-            free = self.concurrency - len(self.running)
-        return free
-
-    def _submit(self, job: Any, started: float, defaults: Durations) -> None:
-        handler = self.handlers.get(job.type)
-        durations = effective(job, defaults=defaults)
-        ctx = JobContext(
-            partial(load_envelope, job.id, self.using),
-            job_id=str(job.id),
-            attempt=job.attempt,
-            beat=self._handler_beat,
-            worker_id=self.worker_id,
-        )
-        attempt = Attempt(
-            job_id=job.id,
-            attempt=job.attempt,
-            type=job.type,
-            args=list(job.args or []),
-            handler=handler,
-            ctx=ctx,
-            timeout=ms_to_seconds(durations.timeout_ms),
-            grace=ms_to_seconds(durations.grace_ms),
-            started=started,
-        )
-        ctx._progress = lambda value, message, data: self._progress(attempt, value, message, data)
-        with self._lock:
-            self.running[job.id] = attempt
-        self.pool.submit(attempt)
-
-    # ------------------------------------------------------------------ outcomes
-
-    def _finish(self, attempt: Attempt, outcome: Outcome) -> None:
-        """A handler returned (runner thread). Queue the outcome unless abandoned."""
-        with self._lock:
-            if attempt.abandoned or attempt.finished:
-                logger.info(
-                    "job %s attempt %d finished after it was given up; outcome ignored",
-                    attempt.job_id,
-                    attempt.attempt,
-                )
-                return
-            attempt.finished = True
-            self.running.pop(attempt.job_id, None)
-            self.pending[attempt.job_id] = attempt.attempt
-        self.completer.put(attempt.job_id, attempt.attempt, outcome)
-        self._poke.set()
-
-    def _give_up(self, attempt: Attempt, outcome: Outcome) -> bool:
-        """Abandon a running attempt and record ``outcome`` for it now."""
-        with self._lock:
-            if attempt.abandoned or attempt.finished:
-                return False
-            attempt.abandoned = True
-            self.running.pop(attempt.job_id, None)
-            self.pending[attempt.job_id] = attempt.attempt
-        self.completer.put(attempt.job_id, attempt.attempt, outcome)
-        self._poke.set()
-        return True
-
-    def _written(self, job_ids: list[Any]) -> None:
-        with self._lock:
-            for job_id in job_ids:
-                self.pending.pop(job_id, None)
-
-    # ------------------------------------------------------------------ supervisor
-
-    def _supervise(self) -> None:
-        try:
-            while not self._stop.wait(TICK):
-                now = time.monotonic()
-                with self._lock:
-                    attempts = list(self.running.values())
-                for attempt in attempts:
-                    if now >= attempt.hard_at:
-                        self._hard_timeout(attempt)
-                    elif now >= attempt.soft_at and not attempt.soft_fired:
-                        self._soft_timeout(attempt)
-                if now - self._last_beat >= self.heartbeat_interval:
-                    self.heartbeat()
-        finally:
-            connections.close_all()
-
-    def _soft_timeout(self, attempt: Attempt) -> None:
-        # Timeouts §7.2(2): at `timeout` the handler gets its cancellation signal.
-        attempt.soft_fired = True
-        error = execution.timeout_error(
-            attempt.timeout, attempt.elapsed(), attempt.grace, terminated=False
-        )
-        logger.warning(
-            "job %s passed its %gs timeout; cancelling (grace period %gs)",
-            attempt.job_id,
-            attempt.timeout,
-            attempt.grace,
-        )
-        attempt.ctx.cancel("timeout", error=error)
-        self.pool.cancel(attempt)
-
-    def _hard_timeout(self, attempt: Attempt) -> None:
-        # Timeouts §7.2(4): at `timeout + grace_period` the attempt is terminated.
-        if not attempt.soft_fired:
-            self._soft_timeout(attempt)
-        error = execution.timeout_error(
-            attempt.timeout, attempt.elapsed(), attempt.grace, terminated=True
-        )
-        if self._give_up(attempt, Outcome(False, error=error)):
-            logger.warning(
-                "job %s still running %gs after its timeout: terminated", attempt.job_id,
-                attempt.grace,
-            )  # fmt: skip
-            self.pool.abandon(attempt)
-
-    def heartbeat(self) -> None:
-        """BEAT with every job this worker holds; apply the reply (worker protocol §4)."""
-        with self._beat_lock:
-            with self._lock:
-                running = list(self.running)
-                ids = [*running, *self.pending]
-            self._last_beat = time.monotonic()
-            try:
-                reply = lifecycle.beat(
-                    self.worker_id,
-                    active_job_ids=ids,
-                    state=self.state,
-                    using=self.using,
-                )
-            except Exception:
-                # Worker protocol §4.6: keep going in the current state, retry next time.
-                logger.warning("heartbeat failed", exc_info=True)
-                connections[self.using].close()
-                return
-        cancelled = {uuid.UUID(job_id) for job_id in reply.cancelled_jobs}
-        extended = {uuid.UUID(job_id) for job_id in reply.jobs_extended}
-        for job_id in running:
-            attempt = self.running.get(job_id)
-            if attempt is None or attempt.ctx.is_cancelled or job_id in extended:
-                continue
-            if job_id in cancelled:
-                logger.info("job %s was cancelled; signalling its handler", job_id)
-                attempt.ctx.cancel(
-                    "cancelled", error={"type": "cancelled", "message": "The job was cancelled"}
-                )
-            else:
-                # Rescued by the reaper (timeout, lapsed reservation) or taken by an
-                # operator: whatever the handler returns now will be refused.
-                logger.warning("job %s is no longer reserved by this worker", job_id)
-                attempt.ctx.cancel(
-                    "lost", error={"type": "lost", "message": "The reservation was lost"}
-                )
-            self.pool.cancel(attempt)
-        if reply.state == TERMINATE:
-            if self.state != TERMINATE:
-                self.terminate()
-        elif reply.state == QUIET:
-            self.quiet(by_directive=True)
-        elif self.state == QUIET and self._quiet_by_directive:
-            self.resume()
-
-    def _handler_beat(self) -> None:
-        if time.monotonic() - self._last_beat >= MIN_HANDLER_BEAT_INTERVAL:
-            self.heartbeat()
-
-    def _child_beat(self, attempt: Attempt) -> bool:
-        self._handler_beat()
-        return not attempt.ctx.is_cancelled
-
-    def _progress(self, attempt: Attempt, value: float, message: str | None, data: Any) -> None:
-        lifecycle.report_progress(
-            attempt.job_id,
-            value,
-            message=message,
-            data=data,
-            worker_id=self.worker_id,
-            using=self.using,
-        )
-        self._handler_beat()  # timeouts §9.3: progress resets the stall clock
-
-    # ------------------------------------------------------------------ reaper
-
     def _reap(self) -> None:
         try:
             reaper.run(stop=self._stop, using=self.using)
@@ -484,27 +291,9 @@ class Worker:
         """Worker protocol §7.2: drain up to the grace period, FAIL leftovers, deregister."""
         self.state = TERMINATE
         deadline = time.monotonic() + self.shutdown_grace_period
-        next_log = 0.0
-        while True:
-            with self._lock:
-                left = len(self.running)
-            now = time.monotonic()
-            if not left or self._force or now >= deadline:
-                break
-            if now >= next_log:
-                logger.info(
-                    "draining: %d job(s) running, %.1fs of grace period left", left, deadline - now
-                )
-                next_log = now + 5.0
-            self._poke.wait(min(0.1, deadline - now))
-            self._poke.clear()
-        with self._lock:
-            leftovers = list(self.running.values())
+        self.inflight.drain(deadline, forced=lambda: self._force)
         error = execution.shutdown_error(self.shutdown_grace_period)
-        for attempt in leftovers:
-            attempt.ctx.cancel("shutdown", error=error, requeue=True)
-            if self._give_up(attempt, Outcome(False, error=error, requeue=True)):
-                logger.warning("job %s did not finish in time: failed as shutdown", attempt.job_id)
+        self.inflight.give_up_all("shutdown", Outcome(False, error=error, requeue=True))
         self.pool.stop()
         self.completer.stop(timeout=30)
         self._stop.set()

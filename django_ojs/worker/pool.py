@@ -18,14 +18,27 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from django_ojs.worker import execution
+from django_ojs.worker import child, execution
 from django_ojs.worker.attempt import Attempt
-from django_ojs.worker.execution import Outcome
+from django_ojs.worker.messages import (
+    Beat,
+    BeatReply,
+    CancelJob,
+    Done,
+    Outcome,
+    Progress,
+    Ready,
+    RunJob,
+    ToChild,
+    ToParent,
+)
 
 logger = logging.getLogger("django_ojs.worker")
 
-Done = Callable[[Attempt, Outcome], None]
+OnDone = Callable[[Attempt, Outcome], None]
 
+#: How long a starting pool waits for its children to set Django up (seconds).
+READY_TIMEOUT = 120.0
 #: A runner drops broken or expired database connections at most this often (seconds).
 CONNECTION_CHECK_INTERVAL = 1.0
 
@@ -41,7 +54,7 @@ class ThreadPool:
 
     kind = "threads"
 
-    def __init__(self, size: int, on_done: Done, *, name: str = "ojs-runner"):
+    def __init__(self, size: int, on_done: OnDone, *, name: str = "ojs-runner"):
         self.size = size
         self.on_done = on_done
         self.name = name
@@ -97,8 +110,9 @@ class ProcessPool:
     """``size`` child processes, each driven by one slot thread of the parent.
 
     Children are started with ``spawn`` (no fork of a threaded process) and set Django up
-    themselves. A child reports heartbeats and progress through its pipe; the slot thread
-    relays them to the worker. A killed or crashed child is replaced.
+    themselves. Parent and child exchange the typed messages of ``messages.py``: a child
+    reports heartbeats and progress, the slot thread relays them to the worker. A killed
+    or crashed child is replaced.
     """
 
     kind = "processes"
@@ -106,7 +120,7 @@ class ProcessPool:
     def __init__(
         self,
         size: int,
-        on_done: Done,
+        on_done: OnDone,
         *,
         on_beat: Callable[[Attempt], bool],
         on_progress: Callable[[Attempt, float, str | None, Any], None],
@@ -117,45 +131,54 @@ class ProcessPool:
         self.on_done = on_done
         self.on_beat = on_beat
         self.on_progress = on_progress
-        self._queue: queue.SimpleQueue[Attempt | None] = queue.SimpleQueue()
-        self._slots: list[_Slot] = []
-        self._stopping = threading.Event()
+        self.queue: queue.SimpleQueue[Attempt | None] = queue.SimpleQueue()
+        self.slots: list[ProcessSlot] = []
+        self.stopping = threading.Event()
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self._slots = [_Slot(self, ctx, i + 1) for i in range(self.size)]
-        for slot in self._slots:
+        self.slots = [ProcessSlot(self, ctx, i + 1) for i in range(self.size)]
+        # The children set Django up in parallel; the worker claims no job before they
+        # can run it, so no job's timeout runs while a child is still starting.
+        for slot in self.slots:
+            slot.spawn_child()
+        deadline = time.monotonic() + READY_TIMEOUT
+        for slot in self.slots:
+            slot.wait_ready(deadline - time.monotonic())
+        for slot in self.slots:
             slot.start()
 
     def submit(self, attempt: Attempt) -> None:
-        self._queue.put(attempt)
+        self.queue.put(attempt)
 
-    def _slot_of(self, attempt: Attempt) -> _Slot | None:
-        for slot in self._slots:
+    def slot_of(self, attempt: Attempt) -> ProcessSlot | None:
+        for slot in self.slots:
             if slot.current is attempt:
                 return slot
         return None
 
     def cancel(self, attempt: Attempt) -> None:
-        # An attempt no slot has taken yet is told when one takes it (_Slot._execute).
-        slot = self._slot_of(attempt)
+        # An attempt no slot has taken yet is told when one takes it (ProcessSlot.execute).
+        slot = self.slot_of(attempt)
         if slot is not None:
             slot.send_cancel(attempt)
 
     def abandon(self, attempt: Attempt) -> None:
-        slot = self._slot_of(attempt)
+        slot = self.slot_of(attempt)
         if slot is not None:
             slot.kill()
 
     def stop(self) -> None:
-        self._stopping.set()
-        for _ in self._slots:
-            self._queue.put(None)
-        for slot in self._slots:
+        self.stopping.set()
+        for _ in self.slots:
+            self.queue.put(None)
+        for slot in self.slots:
             slot.kill()
 
 
-class _Slot:
+class ProcessSlot:
+    """One child process and the parent thread that feeds it attempts, one at a time."""
+
     def __init__(self, pool: ProcessPool, mp: Any, n: int):
         self.pool = pool
         self.mp = mp
@@ -167,12 +190,9 @@ class _Slot:
         self._thread = threading.Thread(target=self._run, name=f"ojs-slot-{n}", daemon=True)
 
     def start(self) -> None:
-        self._spawn_child()
         self._thread.start()
 
-    def _spawn_child(self) -> None:
-        from django_ojs.worker import child
-
+    def spawn_child(self) -> None:
         parent_conn, child_conn = self.mp.Pipe()
         process = self.mp.Process(
             target=child.main, args=(child_conn,), name=f"ojs-child-{self.n}", daemon=True
@@ -181,14 +201,32 @@ class _Slot:
         child_conn.close()
         self.process, self.conn = process, parent_conn
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait for the child's :class:`Ready`; False if it died or took too long."""
+        try:
+            if self.conn.poll(max(timeout, 0.0)):
+                message = self.conn.recv()
+                if isinstance(message, Ready):
+                    return True
+        except (EOFError, OSError):
+            pass
+        logger.warning("handler process %d did not report ready", self.n)
+        return False
+
+    def send(self, message: ToChild) -> None:
         with self._send_lock, contextlib.suppress(OSError, ValueError):
             self.conn.send(message)
 
     def send_cancel(self, attempt: Attempt) -> None:
         ctx = attempt.ctx
-        job_id = str(attempt.job_id)
-        self.send(("cancel", job_id, ctx.cancel_reason, ctx.cancel_error, ctx.cancel_requeue))
+        self.send(
+            CancelJob(
+                str(attempt.job_id),
+                ctx.cancel_reason or "cancelled",
+                ctx.cancel_error,
+                ctx.cancel_requeue,
+            )
+        )
 
     def kill(self) -> None:
         process = self.process
@@ -198,50 +236,46 @@ class _Slot:
     def _run(self) -> None:
         try:
             while True:
-                attempt = self.pool._queue.get()
+                attempt = self.pool.queue.get()
                 if attempt is None:
                     return
                 self.current = attempt
                 try:
-                    outcome = self._execute(attempt)
+                    outcome = self.execute(attempt)
                 finally:
                     self.current = None
                 if outcome is not None:
                     self.pool.on_done(attempt, outcome)
-                if self.pool._stopping.is_set():
+                if self.pool.stopping.is_set():
                     return
         finally:
             self.kill()
             connections.close_all()
 
-    def _execute(self, attempt: Attempt) -> Outcome | None:
+    def execute(self, attempt: Attempt) -> Outcome | None:
+        """Run ``attempt`` in the child; relay its beats and progress until it is done."""
         if attempt.handler is None:
             return Outcome(False, error=execution.no_handler_error(attempt.type))
-        self.send(
-            (
-                "job",
-                str(attempt.job_id),
-                attempt.attempt,
-                attempt.type,
-                attempt.args,
-                self.pool.using,
-            )
-        )
+        job_id = str(attempt.job_id)
+        self.send(RunJob(job_id, attempt.attempt, attempt.type, attempt.args, self.pool.using))
         if attempt.ctx.is_cancelled:  # asked to stop before this slot took it
             self.send_cancel(attempt)
         while True:
             try:
-                message = self.conn.recv()
+                message: ToParent = self.conn.recv()
             except (EOFError, OSError):
                 return self._child_died(attempt)
-            kind = message[0]
-            if kind == "done":
-                return Outcome.from_tuple(message[1])
-            if kind == "beat":
-                self.send(("beat_reply", self.pool.on_beat(attempt)))
-            elif kind == "progress":
+            if isinstance(message, Ready):
+                continue  # a child that was slow to start
+            if message.job_id != job_id:
+                logger.warning("ignoring %r: slot %d runs job %s", message, self.n, job_id)
+            elif isinstance(message, Done):
+                return message.outcome
+            elif isinstance(message, Beat):
+                self.send(BeatReply(job_id, self.pool.on_beat(attempt)))
+            elif isinstance(message, Progress):
                 try:
-                    self.pool.on_progress(attempt, message[1], message[2], message[3])
+                    self.pool.on_progress(attempt, message.value, message.message, message.data)
                 except Exception:
                     logger.exception("progress report of job %s failed", attempt.job_id)
 
@@ -251,8 +285,9 @@ class _Slot:
         exitcode = process.exitcode
         with contextlib.suppress(OSError):
             self.conn.close()
-        if not self.pool._stopping.is_set():
-            self._spawn_child()
+        if not self.pool.stopping.is_set():
+            self.spawn_child()
+            self.wait_ready(READY_TIMEOUT)
         if attempt.abandoned:
             return None  # we killed it (hard timeout or shutdown): already failed
         logger.error("handler process for job %s exited with code %s", attempt.job_id, exitcode)

@@ -113,7 +113,8 @@ def processes(tmp_path) -> Iterator[Any]:
         def worker(self, *flags: str, wait: bool = True, **env: Any) -> Process:
             process = self.start(["ojs_worker", *flags], env)
             if wait:
-                wait_for(lambda: process.worker() is not None, process, timeout=30)
+                # Registered means ready: a process pool's children are set up by then.
+                wait_for(lambda: process.worker() is not None, process, timeout=120)
             return process
 
         def reaper(self, *flags: str, **env: Any) -> Process:
@@ -127,7 +128,7 @@ def processes(tmp_path) -> Iterator[Any]:
         print(f"--- {' '.join(process.args)} (pid {process.pid}) ---\n{process.output()[-4000:]}")
 
 
-def wait_for(predicate: Any, process: Process | None = None, timeout: float = 20.0) -> Any:
+def wait_for(predicate: Any, process: Process | None = None, timeout: float = 60.0) -> Any:
     """Poll ``predicate`` until truthy; fail early if ``process`` exited."""
     deadline = time.monotonic() + timeout
     while True:

@@ -71,7 +71,7 @@ def browser() -> Iterator[object]:
     with tempfile.TemporaryDirectory(prefix="ojs-chromium-") as profile:
         options.add_argument(f"--user-data-dir={profile}")
         driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-        driver.implicitly_wait(5)
+        driver.implicitly_wait(20)  # generous: a loaded machine
         try:
             yield driver
         finally:
@@ -104,7 +104,7 @@ class Console:
 
         page = self.find("html")
         element.click()
-        WebDriverWait(self.driver, 10).until(expected_conditions.staleness_of(page))
+        WebDriverWait(self.driver, 30).until(expected_conditions.staleness_of(page))
 
     def click_link(self, text: str) -> None:
         from selenium.webdriver.common.by import By

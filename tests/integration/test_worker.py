@@ -1,7 +1,8 @@
 """The in-process worker loop on a real database, run in a thread of the test process.
 
 Signals and real processes are covered by ``tests/acceptance``; here each test registers
-its own handlers and drives one :class:`~django_ojs.worker.Worker`.
+its own handlers and drives one :class:`~django_ojs.worker.Worker`. Timers leave seconds
+of margin, and waits are polls with deadlines, so the tests hold on a loaded machine.
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ from django_ojs.registry import Registry
 from django_ojs.worker import Worker as OJSWorker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def wait_until(wait_until):
+    """The shared polling helper with a deadline a loaded machine cannot reach."""
+
+    def wait(predicate, timeout: float = 60.0, interval: float = 0.02):
+        return wait_until(predicate, timeout=timeout, interval=interval)
+
+    return wait
 
 
 @pytest.fixture
@@ -56,7 +67,7 @@ def start_worker(handlers):
     for worker in started:
         worker.terminate()
         worker.terminate()  # do not wait for handlers still running
-        worker.thread.join(15)
+        worker.thread.join(60)
         assert not worker.thread.is_alive()
 
 
@@ -204,7 +215,7 @@ def test_worker__cancelling_a_running_job_signals_its_handler(handlers, start_wo
     stopped = threading.Event()
 
     def wait_for_cancel(ctx: JobContext):
-        if ctx.cancelled.wait(10):
+        if ctx.cancelled.wait(60):
             stopped.set()
             raise JobCancelled("stopping")
         return "not cancelled"
@@ -229,14 +240,14 @@ def test_worker__execution_timeout_signals_then_fails_with_timeout_error(
 
     handlers.register("demo.cooperative", cooperative)
     j = django_ojs.enqueue(
-        "demo.cooperative", timeout=0.5, grace_period=10, retry={"max_attempts": 1}
+        "demo.cooperative", timeout=0.5, grace_period=30, retry={"max_attempts": 1}
     )
     start_worker()
     wait_until(state_is(j.pk, "discarded"))
     error = job(j.pk).error
     assert error["type"] == "timeout" and error["code"] == "timeout"
     assert error["timeout_kind"] == "execution" and error["limit_seconds"] == 0.5
-    assert 0.5 <= error["elapsed_seconds"] < 5  # stopped at the signal, not after the grace
+    assert 0.5 <= error["elapsed_seconds"] < 15  # stopped at the signal, not after the grace
     assert "job.timeout" in kinds(j.pk)
 
 
@@ -306,7 +317,7 @@ def test_worker__quiet_and_terminate_directives_from_heartbeat_replies(
     lifecycle.set_directive(worker.worker_id, "running")
     wait_until(state_is(j.pk, "completed"))
     lifecycle.set_directive(worker.worker_id, "terminate")
-    worker.thread.join(10)
+    worker.thread.join(60)
     assert worker.status == 0
     assert not Worker.objects.filter(id=worker.worker_id).exists()  # deregistered
     assert Event.objects.filter(type="worker.stopped", subject=worker.worker_id).exists()
@@ -316,16 +327,17 @@ def test_worker__shutdown_drains_then_fails_leftovers_as_shutdown(
     handlers, start_worker, wait_until
 ):
     release = threading.Event()
-    handlers.register("demo.short", lambda: time.sleep(0.2) or "done")
-    handlers.register("demo.long", lambda: release.wait(30) and "late")
+    handlers.register("demo.short", lambda: time.sleep(0.5) or "done")
+    handlers.register("demo.long", lambda: release.wait(60) and "late")
     short = django_ojs.enqueue("demo.short")
     long = django_ojs.enqueue("demo.long", retry={"max_attempts": 3})
-    worker = start_worker(shutdown_grace_period=0.8)
+    # The short job ends 0.5 s into a 3 s grace period: seconds of margin when loaded.
+    worker = start_worker(shutdown_grace_period=3.0)
     wait_until(lambda: job(short.pk).state == "active" and job(long.pk).state == "active")
     started = time.monotonic()
     worker.terminate()
-    worker.thread.join(10)
-    assert worker.status == 0 and 0.7 <= time.monotonic() - started < 5
+    worker.thread.join(60)
+    assert worker.status == 0 and 2.9 <= time.monotonic() - started < 30
     release.set()
     assert job(short.pk).state == "completed"  # drained within the grace period
     stored = job(long.pk)
@@ -337,12 +349,15 @@ def test_worker__heartbeats_keep_a_long_job_past_its_visibility_timeout(
     handlers, start_worker, wait_until, settings
 ):
     settings.OJS_REAPER_INTERVAL = 0.1
-    handlers.register("demo.long", lambda: time.sleep(2.0) or "done")
-    j = django_ojs.enqueue("demo.long", visibility_timeout=0.6)
+    # Heartbeats every 0.2 s against a 2 s reservation (ten may be late); the job runs
+    # for two and a half reservations.
+    handlers.register("demo.long", lambda: time.sleep(5.0) or "done")
+    j = django_ojs.enqueue("demo.long", visibility_timeout=2)
     start_worker(heartbeat_interval=0.2, run_reaper=True)
-    wait_until(state_is(j.pk, "completed"), timeout=15)
+    wait_until(state_is(j.pk, "completed"))
     stored = job(j.pk)
     assert stored.attempt == 1 and stored.errors == []
+    assert (stored.completed_at - stored.started_at).total_seconds() > 2 * 2
     assert kinds(j.pk).count("job.heartbeat") >= 3
 
 
@@ -351,8 +366,13 @@ def test_worker__without_heartbeats_the_reaper_takes_the_job_back(
 ):
     """The control experiment for the test above: the reservation lapses when not extended."""
     settings.OJS_REAPER_INTERVAL = 0.1
-    handlers.register("demo.long", lambda: time.sleep(1.5) or "done")
+    release = threading.Event()
+    # Runs until released: the reservation lapsing is the only way the job can end.
+    handlers.register("demo.long", lambda: release.wait(60) and "done")
     j = django_ojs.enqueue("demo.long", visibility_timeout=0.5, retry={"max_attempts": 1})
     start_worker(heartbeat_interval=30, run_reaper=True)
-    wait_until(state_is(j.pk, "discarded"), timeout=15)
+    try:
+        wait_until(state_is(j.pk, "discarded"))
+    finally:
+        release.set()
     assert job(j.pk).error["type"] == "visibility_timeout"

@@ -43,10 +43,6 @@ ABOVE_MODELS = (
     "django_ojs.admin",
     "django_ojs.worker",
 )
-WORKER_PENDING = pytest.mark.xfail(
-    strict=False,
-    reason="django_ojs/worker/* is being moved onto the facade on the worker branch",
-)
 
 
 @dataclass(frozen=True)
@@ -109,9 +105,7 @@ def is_adapter(path: Path) -> bool:
 def adapter_params():
     for path in MODULES:
         if is_adapter(path):
-            name = module_name(path)
-            marks = [WORKER_PENDING] if within(name, "django_ojs.worker") else []
-            yield pytest.param(path, id=name, marks=marks)
+            yield pytest.param(path, id=module_name(path))
 
 
 @pytest.mark.parametrize("path", list(adapter_params()))
