@@ -155,7 +155,8 @@ def _validate_unique(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise ValidationError("unique must be an object", field="unique")
-    return check_json(value, "unique")
+    checked: dict[str, Any] = check_json(value, "unique")
+    return checked
 
 
 def _validate_tags(value: Any) -> list[str]:

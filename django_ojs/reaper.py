@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import close_old_connections
 from django.utils import timezone
@@ -80,7 +80,7 @@ def prune_expired(*, using: str | None = None) -> dict[str, int]:
     now = timezone.now()
     retention = settings.RETENTION
 
-    def before(key: str):
+    def before(key: str) -> datetime | None:
         seconds = retention.get(key)
         return None if seconds is None else now - timedelta(seconds=seconds)
 

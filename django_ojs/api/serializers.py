@@ -113,14 +113,14 @@ def heartbeat_request(body: dict[str, Any]) -> dict[str, Any]:
     ids: list[Any] = []
     active = body.get("active_jobs")
     if isinstance(active, list):
-        ids.extend(validation.validate_strings(active, "active_jobs"))
+        ids.extend(validation.validate_strings(active, "active_jobs") or [])
     elif active is not None and (isinstance(active, bool) or not isinstance(active, int)):
         raise ValidationError(
             "active_jobs must be an array of job ids (or a count, with active_job_ids)",
             field="active_jobs",
         )
     if body.get("active_job_ids") is not None:
-        ids.extend(validation.validate_strings(body["active_job_ids"], "active_job_ids"))
+        ids.extend(validation.validate_strings(body["active_job_ids"], "active_job_ids") or [])
     single = _string(body, "job_id")
     if single:
         ids.append(single)
