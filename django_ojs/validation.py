@@ -79,8 +79,39 @@ def check_int(value: Any, field: str, *, minimum: int = 0, maximum: int = INT32_
 
 
 def _where(location: tuple[Any, ...]) -> str:
-    root, *keys = location
-    return str(root) + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys)
+    # location is (parent location, key) pairs down from (path,): rendered only on errors
+    keys: list[Any] = []
+    while len(location) == 2:
+        location, key = location
+        keys.append(key)
+    root = str(location[0])
+    return root + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in reversed(keys))
+
+
+def _scalar(item: Any, location: tuple[Any, ...]) -> Any:
+    """Check one non-container value (``location`` names it in the error)."""
+    if item is None or isinstance(item, bool):
+        return item
+    if isinstance(item, str):
+        if _UNSTORABLE.search(item):
+            check_text(item, _where(location))
+        return item
+    if isinstance(item, int):
+        if item.bit_length() > 14_000 and abs(item) >= _JSON_INT_LIMIT:
+            where = _where(location)
+            raise ValidationError(
+                f"{where} has more than {MAX_JSON_INT_DIGITS} digits", field=where
+            )
+        return item
+    if isinstance(item, float):
+        if not math.isfinite(item):
+            where = _where(location)
+            raise ValidationError(f"{where} must not be NaN or Infinity", field=where)
+        return item
+    where = _where(location)
+    raise ValidationError(
+        f"{where} must contain only JSON-native values, not {type(item).__name__}", field=where
+    )
 
 
 def check_json(value: Any, path: str, *, max_depth: int | None = None) -> Any:
@@ -92,52 +123,47 @@ def check_json(value: Any, path: str, *, max_depth: int | None = None) -> Any:
     :data:`MAX_JSON_INT_DIGITS` digits, and nesting deeper than ``max_depth`` arrays or
     objects (``OJS_MAX_JSON_DEPTH``). Iterative: no input can exhaust the Python stack.
     """
-    limit = settings.MAX_JSON_DEPTH if max_depth is None else max_depth
+    if not isinstance(value, list | tuple | dict):
+        return _scalar(value, (path,))
+    limit = max_depth  # the setting is read only for nested input (a flat list is common)
+    unstorable = _UNSTORABLE.search
     root: list[Any] = [None]
-    # (value, depth of its container, where the copy goes, its key there, its location)
-    stack: list[tuple[Any, int, Any, Any, tuple[Any, ...]]] = [(value, 0, root, 0, (path,))]
+    # containers still to copy: (value, its depth, where the copy goes, its key there, location)
+    stack: list[tuple[Any, int, Any, Any, tuple[Any, ...]]] = [(value, 1, root, 0, (path,))]
     while stack:
         item, depth, parent, key, location = stack.pop()
-        out: Any
-        if item is None or isinstance(item, bool):
-            out = item
-        elif isinstance(item, str):
-            out = check_text(item, _where(location))
-        elif isinstance(item, int):
-            if item.bit_length() > 14_000 and abs(item) >= _JSON_INT_LIMIT:
-                where = _where(location)
-                raise ValidationError(
-                    f"{where} has more than {MAX_JSON_INT_DIGITS} digits", field=where
-                )
-            out = item
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                where = _where(location)
-                raise ValidationError(f"{where} must not be NaN or Infinity", field=where)
-            out = item
-        elif isinstance(item, list | tuple | dict):
-            if depth >= limit:
-                raise ValidationError(f"{path} is nested more than {limit} levels deep", field=path)
-            if isinstance(item, dict):
-                copy: dict[str, Any] = {}
-                out = copy
-                for k, v in item.items():
-                    if not isinstance(k, str):
-                        where = _where(location)
-                        raise ValidationError(f"{where} keys must be strings", field=where)
-                    check_text(k, _where(location), label=f"{_where(location)} keys")
-                    copy[k] = None
-                    stack.append((v, depth + 1, copy, k, (*location, k)))
-            else:
-                out = [None] * len(item)
-                stack.extend((v, depth + 1, out, i, (*location, i)) for i, v in enumerate(item))
+        if depth > 1 and limit is None:
+            limit = settings.MAX_JSON_DEPTH
+        if limit is not None and depth > limit:
+            raise ValidationError(f"{path} is nested more than {limit} levels deep", field=path)
+        copy: Any
+        if isinstance(item, dict):
+            copy = {}
+            pairs: Any = item.items()
         else:
-            where = _where(location)
-            raise ValidationError(
-                f"{where} must contain only JSON-native values, not {type(item).__name__}",
-                field=where,
-            )
-        parent[key] = out
+            copy = [None] * len(item)
+            pairs = enumerate(item)
+        for k, v in pairs:
+            if copy.__class__ is dict:
+                if k.__class__ is not str and not isinstance(k, str):
+                    where = _where(location)
+                    raise ValidationError(f"{where} keys must be strings", field=where)
+                if unstorable(k):
+                    where = _where(location)
+                    check_text(k, where, label=f"{where} keys")
+            cls = v.__class__
+            if cls is str:
+                if unstorable(v):
+                    check_text(v, _where((location, k)))
+                copy[k] = v
+            elif cls is int:
+                copy[k] = v if v.bit_length() <= 14_000 else _scalar(v, (location, k))
+            elif cls is list or cls is dict or cls is tuple or isinstance(v, list | tuple | dict):
+                copy[k] = None
+                stack.append((v, depth + 1, copy, k, (location, k)))
+            else:
+                copy[k] = _scalar(v, (location, k))
+        parent[key] = copy
     return root[0]
 
 
