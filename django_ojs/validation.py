@@ -53,7 +53,8 @@ def check_text(value: str, field: str, *, label: str | None = None) -> str:
     """Refuse a string the job store cannot hold: one with NUL or a lone surrogate.
 
     ``\\u0000`` and unpaired UTF-16 surrogates (``\\ud800``-``\\udfff``) are valid in a
-    JSON string but not in PostgreSQL text or jsonb, nor in UTF-8 (docs/reference/limits.md).
+    JSON string but not in PostgreSQL text or jsonb, nor in UTF-8
+    (docs/explanation/spec-readings.md, "Input the job store cannot hold").
     """
     found = _UNSTORABLE.search(value)
     if found is not None:
