@@ -59,6 +59,9 @@ DEFAULT_RESPONSE_CONTENT_TYPE = "application/openjobspec+json"
 RESPONSE_CONTENT_TYPES = ("application/openjobspec+json", "application/json")
 #: Largest accepted HTTP request body, in bytes (413 above it).
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
+#: Deepest nesting of arrays/objects accepted in a JSON value a client sends (args, meta,
+#: result, error details...); deeper input is refused with 400.
+DEFAULT_MAX_JSON_DEPTH = 64
 #: Retention of finished jobs and events, in seconds (None keeps them forever).
 DEFAULT_RETENTION = {
     "completed": 7 * 86400,
@@ -196,6 +199,11 @@ class Settings:
     def MAX_REQUEST_BYTES(self) -> int:
         """Largest accepted HTTP request body in bytes."""
         return int(self._get("OJS_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES))
+
+    @property
+    def MAX_JSON_DEPTH(self) -> int:
+        """Deepest nesting of arrays/objects accepted in one JSON value (args, meta, result...)."""
+        return int(self._get("OJS_MAX_JSON_DEPTH", DEFAULT_MAX_JSON_DEPTH))
 
     @property
     def RETENTION(self) -> dict[str, float | None]:

@@ -17,7 +17,14 @@ from typing import Any
 
 from django_ojs.exceptions import EnvelopeTooLarge, ValidationError
 from django_ojs.retry import RetryPolicy, parse_duration
-from django_ojs.validation import check_json, duration_ms, first_duration_ms, validate_queue
+from django_ojs.validation import (
+    SCHEMA_MAX_LENGTH,
+    check_json,
+    check_text,
+    duration_ms,
+    first_duration_ms,
+    validate_queue,
+)
 
 SPECVERSION = "1.0"
 # OJS core §5.1 segments are lower-case ([a-z][a-z0-9_]*), as the SDK checks and the
@@ -88,21 +95,23 @@ class JobSpec:
 
 
 def parse_timestamp(value: Any, field_name: str, *, now: datetime | None = None) -> datetime:
-    """A timezone-aware datetime from a datetime or an RFC 3339 string (core §5.5.2).
+    """A UTC datetime from an aware datetime or an RFC 3339 string (core §5.5.2).
 
-    A ``+PT5S``-style relative duration (OpenAPI) counts from ``now``.
+    A ``+PT5S``-style relative duration (OpenAPI) counts from ``now``. Any offset RFC 3339
+    allows (up to ±23:59) is accepted and the instant normalised to UTC, which every
+    database can store; an instant outside years 1-9999 in UTC is refused.
     """
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValidationError(f"{field_name} must be timezone-aware", field=field_name)
-        return value
+        return _utc(value, field_name)
     if isinstance(value, str):
         if value.startswith("+P"):
             try:
                 ms = parse_duration(value[1:], field_name=field_name)
             except ValidationError as exc:
                 raise ValidationError(exc.message, field=field_name) from None
-            return (now or datetime.now(UTC)) + timedelta(milliseconds=ms)
+            return _later(now or datetime.now(UTC), timedelta(milliseconds=ms), field_name)
         try:
             parsed = datetime.fromisoformat(value)
         except ValueError:
@@ -113,8 +122,29 @@ def parse_timestamp(value: Any, field_name: str, *, now: datetime | None = None)
             raise ValidationError(
                 f"{field_name} must include a timezone designator (e.g. 'Z')", field=field_name
             )
-        return parsed
+        return _utc(parsed, field_name)
     raise ValidationError(f"{field_name} must be an RFC 3339 timestamp", field=field_name)
+
+
+def _out_of_range(field_name: str) -> ValidationError:
+    return ValidationError(
+        f"{field_name} is out of range: it must fall between the years 1 and 9999 in UTC",
+        field=field_name,
+    )
+
+
+def _utc(value: datetime, field_name: str) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise _out_of_range(field_name) from None
+
+
+def _later(now: datetime, delta: timedelta, field_name: str) -> datetime:
+    try:
+        return now + delta
+    except OverflowError:
+        raise _out_of_range(field_name) from None
 
 
 def _uuid7(value: Any) -> uuid.UUID:
@@ -164,7 +194,19 @@ def _validate_tags(value: Any) -> list[str]:
         return []
     if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
         raise ValidationError("tags must be an array of strings", field="tags")
-    return list(value)
+    return [check_text(t, "tags") for t in value]
+
+
+def _validate_schema(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError("schema must be a URI string", field="schema")
+    if len(value) > SCHEMA_MAX_LENGTH:
+        raise ValidationError(
+            f"schema must be at most {SCHEMA_MAX_LENGTH} characters", field="schema"
+        )
+    return check_text(value, "schema")
 
 
 def _finish(spec: JobSpec, max_bytes: int) -> JobSpec:
@@ -222,10 +264,8 @@ def build(
         raise ValidationError("meta must be an object", field="meta")
     if not isinstance(pending, bool):
         raise ValidationError("pending must be a boolean", field="pending")
-    if schema is not None and not isinstance(schema, str):
-        raise ValidationError("schema must be a URI string", field="schema")
     if isinstance(retry, RetryPolicy):
-        policy: RetryPolicy | None = retry
+        policy: RetryPolicy | None = retry.validated()
     else:
         policy = RetryPolicy.from_wire(retry, base=retry_base) if retry is not None else None
     spec = JobSpec(
@@ -240,7 +280,7 @@ def build(
         pending=pending,
         retry=policy,
         unique=_validate_unique(unique),
-        schema=schema,
+        schema=_validate_schema(schema),
         tags=_validate_tags(tags),
         timeout_ms=duration_ms(timeout, "timeout"),
         visibility_timeout_ms=duration_ms(visibility_timeout, "visibility_timeout"),
@@ -257,7 +297,7 @@ def _when(value: Any, name: str, now: datetime) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, timedelta):
-        return now + value
+        return _later(now, value, name)
     return parse_timestamp(value, name, now=now)
 
 
@@ -312,11 +352,10 @@ def from_wire(
     def duration(name: str, *, allow_zero: bool = False) -> int | None:
         return first_duration_ms((options, body), name, allow_zero=allow_zero)
 
-    schema = body.get("schema")
-    if schema is not None and not isinstance(schema, str):
-        raise ValidationError("schema must be a URI string", field="schema")
     extra = {
-        k: v for k, v in body.items() if k not in KNOWN_ATTRIBUTES and k not in SYSTEM_ATTRIBUTES
+        check_text(k, "", label="attribute names"): check_json(v, k)
+        for k, v in body.items()
+        if k not in KNOWN_ATTRIBUTES and k not in SYSTEM_ATTRIBUTES
     }
     spec = JobSpec(
         type=_validate_type(body.get("type")),
@@ -330,7 +369,7 @@ def from_wire(
         pending=bool(pending),
         retry=RetryPolicy.from_wire(retry, base=retry_base) if retry is not None else None,
         unique=_validate_unique(opt("unique")),
-        schema=schema,
+        schema=_validate_schema(body.get("schema")),
         tags=_validate_tags(opt("tags")),
         timeout_ms=duration("timeout"),
         visibility_timeout_ms=duration("visibility_timeout"),
@@ -350,8 +389,9 @@ def format_timestamp(value: datetime | None) -> str | None:
     """RFC 3339 in UTC with millisecond precision and ``Z`` (HTTP binding §6.3)."""
     if value is None:
         return None
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    # isoformat, not strftime: strftime("%Y") drops the zero padding of years below 1000.
+    value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.isoformat(timespec="milliseconds") + "Z"
 
 
 def _seconds(ms: int | None) -> int | float | None:

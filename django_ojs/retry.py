@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django_ojs.exceptions import RetryPolicyError
+from django_ojs.exceptions import RetryPolicyError, ValidationError
+from django_ojs.validation import INT32_MAX, MAX_DURATION_MS, check_text
+from django_ojs.validation import parse_duration as parse_duration  # the grammar lives there
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_INITIAL_INTERVAL_MS = 1_000
@@ -27,40 +28,6 @@ BACKOFF_STRATEGIES = ("exponential", "polynomial", "linear", "constant", "none")
 ON_EXHAUSTION = ("discard", "dead_letter")
 #: Handler directives that may arrive as ``error.code`` (retry §7).
 HANDLER_DIRECTIVES = ("RETRY", "DISCARD", "DEAD_LETTER", "FAIL")
-
-# Retry §14: the only accepted duration grammar (RET-19 MUST reject anything else).
-# Matched with fullmatch: a trailing newline must not pass.
-_DURATION = re.compile(
-    r"P(?!\Z)(?:(?P<y>\d+)Y)?(?:(?P<mo>\d+)M)?(?:(?P<d>\d+)D)?"
-    r"(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<mi>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
-)
-
-
-def parse_duration(value: str, *, field_name: str = "duration") -> int:
-    """Parse an ISO-8601 duration (``PT1S``, ``PT0.5S``, ``P1DT2H``) to milliseconds.
-
-    Years and months count as 365 and 30 days (retry §4 discourages them).
-    """
-    if not isinstance(value, str):
-        raise RetryPolicyError(
-            f"{field_name} must be an ISO-8601 duration string", field=field_name
-        )
-    m = _DURATION.fullmatch(value)
-    if not m or value.endswith("T"):
-        raise RetryPolicyError(
-            f"{field_name} {value!r} is not an ISO-8601 duration (e.g. 'PT1S', 'PT5M')",
-            field=field_name,
-        )
-    parts = {k: float(v) if v else 0.0 for k, v in m.groupdict().items()}
-    seconds = (
-        parts["y"] * 365 * 86400
-        + parts["mo"] * 30 * 86400
-        + parts["d"] * 86400
-        + parts["h"] * 3600
-        + parts["mi"] * 60
-        + parts["s"]
-    )
-    return round(seconds * 1000)
 
 
 def format_duration(ms: int | float) -> str:
@@ -107,9 +74,10 @@ class RetryPolicy:
         values: dict[str, Any] = {}
         if "max_attempts" in data:
             v = data["max_attempts"]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= INT32_MAX:
                 raise RetryPolicyError(
-                    "retry.max_attempts must be a non-negative integer", field="retry.max_attempts"
+                    f"retry.max_attempts must be an integer from 0 to {INT32_MAX}",
+                    field="retry.max_attempts",
                 )
             values["max_attempts"] = v
         for name in ("initial_interval", "max_interval"):
@@ -140,6 +108,11 @@ class RetryPolicy:
                     "retry.non_retryable_errors must be an array of strings",
                     field="retry.non_retryable_errors",
                 )
+            for x in v:
+                try:
+                    check_text(x, "retry.non_retryable_errors")
+                except ValidationError as exc:
+                    raise RetryPolicyError(exc.message, field=exc.field) from None
             values["non_retryable_errors"] = tuple(v)
         if "on_exhaustion" in data:
             if data["on_exhaustion"] not in ON_EXHAUSTION:
@@ -163,6 +136,21 @@ class RetryPolicy:
             )
         return policy
 
+    def validated(self) -> RetryPolicy:
+        """This policy, checked by the rules of :meth:`from_wire` (a Python caller built it)."""
+        return RetryPolicy.from_wire(
+            {
+                "max_attempts": self.max_attempts,
+                "initial_interval_ms": self.initial_interval_ms,
+                "max_interval_ms": self.max_interval_ms,
+                "backoff_coefficient": self.backoff_coefficient,
+                "jitter": self.jitter,
+                "non_retryable_errors": list(self.non_retryable_errors),
+                "on_exhaustion": self.on_exhaustion,
+                "backoff_strategy": self.backoff_strategy,
+            }
+        )
+
     def to_wire(self) -> dict[str, Any]:
         """The policy as the OJS wire shape, with ISO durations."""
         return {
@@ -184,14 +172,17 @@ class RetryPolicy:
         n = max(1, retry_number)
         base = float(self.initial_interval_ms)
         c = self.backoff_coefficient
-        if self.backoff_strategy == "exponential":
-            raw = base * c ** (n - 1)
-        elif self.backoff_strategy == "polynomial":
-            raw = base * n**c
-        elif self.backoff_strategy == "linear":
-            raw = base * n
-        else:
-            raw = base
+        try:
+            if self.backoff_strategy == "exponential":
+                raw = base * c ** (n - 1)
+            elif self.backoff_strategy == "polynomial":
+                raw = base * n**c
+            elif self.backoff_strategy == "linear":
+                raw = base * n
+            else:
+                raw = base
+        except OverflowError:  # a huge coefficient: the cap applies
+            raw = math.inf
         cap = float(self.max_interval_ms)
         delay = min(raw, cap)
         if self.jitter:
@@ -220,15 +211,21 @@ def _interval_ms(data: dict[str, Any], name: str) -> int | None:
     ms_key = f"{name}_ms"
     if ms_key in data and data[ms_key] is not None:
         v = data[ms_key]
-        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= MAX_DURATION_MS:
             raise RetryPolicyError(
-                f"retry.{ms_key} must be a positive number of milliseconds", field=f"retry.{ms_key}"
+                f"retry.{ms_key} must be a positive number of milliseconds, at most "
+                f"{MAX_DURATION_MS} (100 years)",
+                field=f"retry.{ms_key}",
             )
         return round(v)
     if name in data and data[name] is not None:
         v = data[name]
         if isinstance(v, timedelta):
             ms = round(v.total_seconds() * 1000)
+            if ms > MAX_DURATION_MS:
+                raise RetryPolicyError(
+                    f"retry.{name} must be at most 100 years", field=f"retry.{name}"
+                )
         else:
             ms = parse_duration(v, field_name=f"retry.{name}")
         if ms <= 0:

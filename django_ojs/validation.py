@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Literal, NamedTuple, overload
 
-from django_ojs.conf import DEFAULT_QUEUE
-from django_ojs.exceptions import ValidationError
-from django_ojs.retry import parse_duration
+from django_ojs.conf import DEFAULT_QUEUE, settings
+from django_ojs.exceptions import RetryPolicyError, ValidationError
 
 QUEUE_PATTERN = re.compile(r"[a-z0-9][a-z0-9\-.]*")
 QUEUE_MAX_LENGTH = 128
@@ -26,35 +25,161 @@ MAX_FETCH_COUNT = 1000
 WORKER_ID_MAX_LENGTH = 255
 #: States a worker may report in a BEAT (worker protocol §4).
 WORKER_STATES = ("running", "quiet", "terminate")
+#: Longest host name a worker reports (the ``ojs_worker.hostname`` column).
+HOSTNAME_MAX_LENGTH = 255
+#: Longest ``schema`` URI (the ``ojs_job.schema`` column).
+SCHEMA_MAX_LENGTH = 512
+
+# Column ranges: Django's IntegerField/PositiveIntegerField are 32-bit, the
+# BigIntegerField family 64-bit, on every supported database.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+#: Longest duration accepted anywhere (timeouts, intervals, relative times): 100 years.
+#: Larger values would not fit the ``*_ms`` columns or overflow date arithmetic.
+MAX_DURATION_MS = 100 * 365 * 86_400_000
+#: Digits of the largest integer a JSON value may hold (Python's int↔str conversion limit).
+MAX_JSON_INT_DIGITS = 4300
+_JSON_INT_LIMIT = 10**MAX_JSON_INT_DIGITS
+
+# Characters no database column can store: NUL (PostgreSQL text and jsonb refuse it) and
+# UTF-16 surrogates, which are not Unicode scalar values and cannot be encoded as UTF-8.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+# --------------------------------------------------------------------------- scalars
+
+
+def check_text(value: str, field: str, *, label: str | None = None) -> str:
+    """Refuse a string the job store cannot hold: one with NUL or a lone surrogate.
+
+    ``\\u0000`` and unpaired UTF-16 surrogates (``\\ud800``-``\\udfff``) are valid in a
+    JSON string but not in PostgreSQL text or jsonb, nor in UTF-8
+    (docs/explanation/spec-readings.md, "Input the job store cannot hold").
+    """
+    found = _UNSTORABLE.search(value)
+    if found is not None:
+        what = (
+            "the NUL character (\\u0000)"
+            if found.group() == "\x00"
+            else ("an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
+        )
+        raise ValidationError(f"{label or field} must not contain {what}", field=field)
+    return value
+
+
+def check_int(value: Any, field: str, *, minimum: int = 0, maximum: int = INT32_MAX) -> int:
+    """An integer from ``minimum`` to ``maximum`` (its column's range); booleans are refused."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValidationError(
+            f"{field} must be an integer from {minimum} to {maximum}", field=field
+        )
+    return value
 
 
 # --------------------------------------------------------------------------- JSON values
 
 
-def check_json(value: Any, path: str) -> Any:
+def _where(location: tuple[Any, ...]) -> str:
+    # location is (parent location, key) pairs down from (path,): rendered only on errors
+    keys: list[Any] = []
+    while len(location) == 2:
+        location, key = location
+        keys.append(key)
+    root = str(location[0])
+    return root + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in reversed(keys))
+
+
+def _scalar(item: Any, location: tuple[Any, ...]) -> Any:
+    """Check one non-container value (``location`` names it in the error)."""
+    if item is None or isinstance(item, bool):
+        return item
+    if isinstance(item, str):
+        if _UNSTORABLE.search(item):
+            check_text(item, _where(location))
+        return item
+    if isinstance(item, int):
+        if item.bit_length() > 14_000 and abs(item) >= _JSON_INT_LIMIT:
+            where = _where(location)
+            raise ValidationError(
+                f"{where} has more than {MAX_JSON_INT_DIGITS} digits", field=where
+            )
+        return item
+    if isinstance(item, float):
+        if not math.isfinite(item):
+            where = _where(location)
+            raise ValidationError(f"{where} must not be NaN or Infinity", field=where)
+        return item
+    where = _where(location)
+    raise ValidationError(
+        f"{where} must contain only JSON-native values, not {type(item).__name__}", field=where
+    )
+
+
+def check_json(value: Any, path: str, *, max_depth: int | None = None) -> Any:
     """Return ``value`` as JSON-native data, or raise naming ``path`` (OJS core §5.5.1).
 
     Tuples become lists; anything that is not str/int/float/bool/None/list/dict is refused
-    (no pickling, no ``default=str``), as are NaN/Infinity and non-string keys.
+    (no pickling, no ``default=str``), as are NaN/Infinity, non-string keys, strings the
+    store cannot hold (:func:`check_text`), integers of more than
+    :data:`MAX_JSON_INT_DIGITS` digits, and nesting deeper than ``max_depth`` arrays or
+    objects (``OJS_MAX_JSON_DEPTH``). Iterative: no input can exhaust the Python stack.
     """
-    if value is None or isinstance(value, str | bool | int):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValidationError(f"{path} must not be NaN or Infinity", field=path)
-        return value
-    if isinstance(value, list | tuple):
-        return [check_json(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise ValidationError(f"{path} keys must be strings", field=path)
-            out[k] = check_json(v, f"{path}.{k}")
-        return out
-    raise ValidationError(
-        f"{path} must contain only JSON-native values, not {type(value).__name__}", field=path
-    )
+    if not isinstance(value, list | tuple | dict):
+        return _scalar(value, (path,))
+    limit = max_depth  # the setting is read only for nested input (a flat list is common)
+    unstorable = _UNSTORABLE.search
+    root: list[Any] = [None]
+    # containers still to copy: (value, its depth, where the copy goes, its key there, location)
+    stack: list[tuple[Any, int, Any, Any, tuple[Any, ...]]] = [(value, 1, root, 0, (path,))]
+    while stack:
+        item, depth, parent, key, location = stack.pop()
+        if depth > 1 and limit is None:
+            limit = settings.MAX_JSON_DEPTH
+        if limit is not None and depth > limit:
+            raise ValidationError(f"{path} is nested more than {limit} levels deep", field=path)
+        copy: Any
+        if isinstance(item, dict):
+            copy = {}
+            pairs: Any = item.items()
+        else:
+            copy = [None] * len(item)
+            pairs = enumerate(item)
+        for k, v in pairs:
+            if copy.__class__ is dict:
+                if k.__class__ is not str and not isinstance(k, str):
+                    where = _where(location)
+                    raise ValidationError(f"{where} keys must be strings", field=where)
+                if unstorable(k):
+                    where = _where(location)
+                    check_text(k, where, label=f"{where} keys")
+            cls = v.__class__
+            if cls is str:
+                if unstorable(v):
+                    check_text(v, _where((location, k)))
+                copy[k] = v
+            elif cls is int:
+                copy[k] = v if v.bit_length() <= 14_000 else _scalar(v, (location, k))
+            elif cls is list or cls is dict or cls is tuple or isinstance(v, list | tuple | dict):
+                copy[k] = None
+                stack.append((v, depth + 1, copy, k, (location, k)))
+            else:
+                copy[k] = _scalar(v, (location, k))
+        parent[key] = copy
+    return root[0]
+
+
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays/objects more than ``limit`` levels deep (iterative)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in item if isinstance(v, list | dict))
+    return False
 
 
 # --------------------------------------------------------------------------- queues
@@ -115,7 +240,20 @@ def validate_worker_id(value: Any, *, required: bool = False) -> str | None:
         raise ValidationError(
             f"worker_id must be at most {WORKER_ID_MAX_LENGTH} characters", field="worker_id"
         )
-    return value
+    return check_text(value, "worker_id")
+
+
+def validate_hostname(value: Any) -> str | None:
+    """The host a worker reports: a string of at most 255 characters (or ``None``)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError("hostname must be a string", field="hostname")
+    if len(value) > HOSTNAME_MAX_LENGTH:
+        raise ValidationError(
+            f"hostname must be at most {HOSTNAME_MAX_LENGTH} characters", field="hostname"
+        )
+    return check_text(value, "hostname")
 
 
 def validate_worker_state(value: Any) -> str | None:
@@ -126,10 +264,8 @@ def validate_worker_state(value: Any) -> str | None:
 
 
 def validate_non_negative(value: Any, field: str) -> int | None:
-    """A count a worker reports (``pid``, ``concurrency``): a non-negative integer or None."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ValidationError(f"{field} must be a non-negative integer", field=field)
-    return value
+    """A count a worker reports (``pid``, ``concurrency``): an integer from 0 to 2^31-1, or None."""
+    return None if value is None else check_int(value, field)
 
 
 def validate_strings(value: Any, field: str) -> list[str] | None:
@@ -142,7 +278,7 @@ def validate_strings(value: Any, field: str) -> list[str] | None:
         or not all(isinstance(v, str) and v for v in value)
     ):
         raise ValidationError(f"{field} must be an array of non-empty strings", field=field)
-    return list(value)
+    return [check_text(v, field) for v in value]
 
 
 # --------------------------------------------------------------------------- progress
@@ -169,8 +305,10 @@ def validate_progress(
     """
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValidationError(f"{field} must be a number from 0 to {scale:g}", field=field)
-    if message is not None and not isinstance(message, str):
-        raise ValidationError("message must be a string", field="message")
+    if message is not None:
+        if not isinstance(message, str):
+            raise ValidationError("message must be a string", field="message")
+        check_text(message, "message")
     if data is not None:
         if not isinstance(data, dict):
             raise ValidationError("data must be an object", field="data")
@@ -179,6 +317,47 @@ def validate_progress(
 
 
 # --------------------------------------------------------------------------- durations
+
+# Retry §14: the only accepted duration grammar (RET-19 MUST reject anything else).
+# Matched with fullmatch: a trailing newline must not pass.
+_DURATION = re.compile(
+    r"P(?!\Z)(?:(?P<y>\d+)Y)?(?:(?P<mo>\d+)M)?(?:(?P<d>\d+)D)?"
+    r"(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<mi>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def parse_duration(value: str, *, field_name: str = "duration") -> int:
+    """Parse an ISO-8601 duration (``PT1S``, ``PT0.5S``, ``P1DT2H``) to milliseconds.
+
+    Years and months count as 365 and 30 days (retry §4 discourages them). At most
+    :data:`MAX_DURATION_MS` (100 years).
+    """
+    if not isinstance(value, str):
+        raise RetryPolicyError(
+            f"{field_name} must be an ISO-8601 duration string", field=field_name
+        )
+    m = _DURATION.fullmatch(value)
+    if not m or value.endswith("T"):
+        raise RetryPolicyError(
+            f"{field_name} {value[:64]!r} is not an ISO-8601 duration (e.g. 'PT1S', 'PT5M')",
+            field=field_name,
+        )
+    parts = {k: float(v) if v else 0.0 for k, v in m.groupdict().items()}
+    seconds = (
+        parts["y"] * 365 * 86400
+        + parts["mo"] * 30 * 86400
+        + parts["d"] * 86400
+        + parts["h"] * 3600
+        + parts["mi"] * 60
+        + parts["s"]
+    )
+    if not seconds * 1000 <= MAX_DURATION_MS:  # also catches inf from a 400-digit number
+        raise RetryPolicyError(_too_long(field_name), field=field_name)
+    return round(seconds * 1000)
+
+
+def _too_long(field: str) -> str:
+    return f"{field} must be at most {MAX_DURATION_MS} milliseconds (100 years)"
 
 
 def duration_ms(value: Any, field: str, *, unit: str = "s", allow_zero: bool = False) -> int | None:
@@ -205,6 +384,8 @@ def duration_ms(value: Any, field: str, *, unit: str = "s", allow_zero: bool = F
     ms = value * 1000 if unit == "s" else value
     if not math.isfinite(ms) or ms < 0 or (ms == 0 and not allow_zero):
         raise ValidationError(message, field=field)
+    if ms > MAX_DURATION_MS:
+        raise ValidationError(_too_long(field), field=field)
     return round(ms)
 
 

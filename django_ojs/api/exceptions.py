@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -101,10 +101,13 @@ def _from_drf(exc: drf.APIException, context: dict[str, Any]) -> tuple[int, dict
         }
     if isinstance(exc, drf.UnsupportedMediaType):
         # HB §4.1: an unsupported content type is 400, not DRF's 415.
+        request = context.get("request")
+        given = (getattr(request, "content_type", "") or "").split(";", 1)[0].strip()
+        what = f"Content-Type {given!r} is not supported" if given else "Content-Type is missing"
         return 400, {
             "code": "invalid_request",
-            "message": f"Unsupported Content-Type {exc.detail!s}: send "
-            "application/openjobspec+json or application/json.",
+            "message": f"{what}: send application/openjobspec+json or application/json.",
+            "details": {"content_type": given or None},
         }
     if isinstance(exc, drf.ParseError):
         return 400, {"code": "invalid_payload", "message": str(exc.detail)}
@@ -145,6 +148,19 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             wait: float | None = exc.wait  # type: ignore[attr-defined]
             if wait is not None:
                 headers["Retry-After"] = str(int(wait))
+    elif isinstance(exc, DataError):
+        # A safety net: validation refuses what the store cannot hold before it gets there
+        # (validation.py). Whatever still slips through is the client's value, not an
+        # outage: 400, never a retryable 5xx (a retried ack would fail forever).
+        logger.warning(
+            "the job store refused a value in an OJS API request (%s): %s", request_id, exc
+        )
+        status = 400
+        fields = {
+            "code": "invalid_request",
+            "message": "The job store cannot hold a value in this request (a number out of "
+            "range, or text it cannot store).",
+        }
     elif isinstance(exc, DatabaseError):
         logger.exception("database error in an OJS API request (%s)", request_id)
         status = 503

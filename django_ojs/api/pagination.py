@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from django.db.models import Model, QuerySet
 
 from django_ojs.exceptions import InvalidRequest
+from django_ojs.validation import INT64_MAX
 
 DEFAULT_LIMIT = 50
 #: HB §17.1: at most 200 per page (larger requests are clamped, not refused).
@@ -49,8 +50,10 @@ def _int_param(params: Mapping[str, str], name: str, default: int, minimum: int)
         number = int(value)
     except ValueError:
         raise InvalidRequest(f"{name} must be an integer", details={"field": name}) from None
-    if number < minimum:
-        raise InvalidRequest(f"{name} must be at least {minimum}", details={"field": name})
+    if not minimum <= number <= INT64_MAX:  # SQL OFFSET/LIMIT are 64-bit
+        raise InvalidRequest(
+            f"{name} must be an integer from {minimum} to {INT64_MAX}", details={"field": name}
+        )
     return number
 
 
@@ -84,8 +87,8 @@ def page(params: Mapping[str, str]) -> Page:
         offset, after = data.get("o", 0), data.get("s")
         if (
             not isinstance(offset, int)
-            or offset < 0
-            or (after is not None and not isinstance(after, int))
+            or not 0 <= offset <= INT64_MAX
+            or (after is not None and (not isinstance(after, int) or not 0 <= after <= INT64_MAX))
         ):
             raise InvalidRequest(
                 "cursor is not a cursor this server issued", details={"field": "cursor"}

@@ -36,7 +36,7 @@ def _string(body: dict[str, Any], name: str, *, required: bool = False) -> str |
         raise ValidationError(f"{name} must be a non-empty string", field=name)
     if len(value) > 255:
         raise ValidationError(f"{name} must be at most 255 characters", field=name)
-    return value
+    return validation.check_text(value, name)
 
 
 def job_id(body: dict[str, Any]) -> str:
@@ -133,7 +133,7 @@ def heartbeat_request(body: dict[str, Any]) -> dict[str, Any]:
     if state is not None:
         out["state"] = state
     if body.get("hostname") is not None:
-        out["hostname"] = _string(body, "hostname")
+        out["hostname"] = validation.validate_hostname(body["hostname"])
     for name in ("pid", "concurrency"):
         value = validation.validate_non_negative(body.get(name), name)
         if value is not None:

@@ -19,6 +19,7 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from uuid6 import uuid7
 
+from django_ojs import validation
 from django_ojs.conf import settings
 from django_ojs.exceptions import EnvelopeTooLarge, OJSError
 
@@ -71,9 +72,27 @@ class OJSJSONParser(BaseParser):
         except UnicodeDecodeError:
             raise MalformedBody("The request body is not valid UTF-8.") from None
         try:
-            return json.loads(text, parse_constant=_reject_constant)
+            data = json.loads(text, parse_constant=_reject_constant)
+        except RecursionError:  # the C decoder recurses once per level of nesting
+            raise _too_deep() from None
         except ValueError as exc:
             raise MalformedBody(f"The request body is not valid JSON: {exc}.") from None
+        # Each JSON field is checked against OJS_MAX_JSON_DEPTH where it is validated
+        # (validation.check_json); this bounds the whole document, wrappers included.
+        if validation.json_depth_exceeds(data, settings.MAX_JSON_DEPTH + BODY_WRAPPER_DEPTH):
+            raise _too_deep()
+        return data
+
+
+#: Levels a request body may add around a JSON field: ``{"jobs": [{"args": ...}]}``.
+BODY_WRAPPER_DEPTH = 4
+
+
+def _too_deep() -> MalformedBody:
+    return MalformedBody(
+        "The request body nests arrays/objects too deeply: each JSON value may be nested "
+        f"at most {settings.MAX_JSON_DEPTH} levels (OJS_MAX_JSON_DEPTH)."
+    )
 
 
 class JSONParser(OJSJSONParser):
@@ -98,7 +117,13 @@ class OJSRenderer(JSONRenderer):
         accepted_media_type: str | None = None,
         renderer_context: Mapping[str, Any] | None = None,
     ) -> bytes:
-        return super().render(data, None, renderer_context)
+        try:
+            return super().render(data, None, renderer_context)
+        except UnicodeEncodeError:
+            # A lone surrogate (echoed in an error message) has no UTF-8 form: escape it.
+            return json.dumps(
+                data, cls=self.encoder_class, ensure_ascii=True, separators=(",", ":")
+            ).encode()
 
 
 class OJSContentNegotiation(DefaultContentNegotiation):

@@ -25,6 +25,7 @@ from django_ojs.policy import configured, effective, ms_delta
 from django_ojs.states import JobState
 from django_ojs.validation import (
     duration_ms,
+    validate_hostname,
     validate_non_negative,
     validate_queues,
     validate_strings,
@@ -62,6 +63,7 @@ def register(
     """Register (or re-register) a worker process (worker protocol §3.1)."""
     using = db(using)
     worker_id = validate_worker_id(worker_id, required=True)
+    hostname = validate_hostname(hostname) or ""
     queues = validate_queues(queues, allow_empty=True)
     pid = validate_non_negative(pid, "pid")
     concurrency = validate_non_negative(concurrency, "concurrency")
@@ -146,6 +148,7 @@ def beat(
     using = db(using)
     worker_id = validate_worker_id(worker_id, required=True)
     state = validate_worker_state(state)
+    hostname = validate_hostname(hostname)
     pid = validate_non_negative(pid, "pid")
     concurrency = validate_non_negative(concurrency, "concurrency")
     if queues is not None:

@@ -120,7 +120,7 @@ CASES = {
     "beat negative pid": Case(
         lambda: lifecycle.beat("w1", pid=-1),
         "POST", "/workers/heartbeat", {"worker_id": "w1", "pid": -1},
-        "pid", "pid must be a non-negative integer",
+        "pid", "pid must be an integer from 0 to 2147483647",
     ),
     "beat bad queue": Case(
         lambda: lifecycle.beat("w1", queues=["Mail"]),

@@ -88,7 +88,9 @@ class HealthView(OJSView):
             status, code = "degraded", 503
         else:
             backend.update(
-                status="connected", latency_ms=round((time.perf_counter() - started) * 1000, 1)
+                # an integer (OpenAPI HealthResponse.backend.latency_ms)
+                status="connected",
+                latency_ms=round((time.perf_counter() - started) * 1000),
             )
             status, code = "ok", 200
         return Response(

@@ -1,0 +1,67 @@
+"""Schemathesis: every operation of the OJS OpenAPI schema that django-ojs serves, no 5xx.
+
+``tests/openapi.yaml`` is the upstream OJS schema (``spec/openapi.yaml`` of the Open Job
+Spec, copied unchanged; django-ojs does not serve a schema of its own). Schemathesis
+generates requests from it, valid and invalid, and sends them to the Django WSGI app with
+an admin key; the only check is ``not_a_server_error``. Operations django-ojs does not
+implement (cron, workflows, admin, debug, per-job events) are left out: they are 404s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+
+from tests.integration.api_support import key
+
+pytestmark = pytest.mark.django_db
+
+SCHEMA = Path(__file__).resolve().parents[1] / "openapi.yaml"
+SERVED = (
+    r"^/ojs/(manifest|v1/(health|jobs|jobs/batch|jobs/\{id\}|workers/(fetch|ack|nack|heartbeat)"
+    r"|queues|queues/\{name\}/(stats|pause|resume)|dead-letter|dead-letter/\{id\}(/retry)?))$"
+)
+
+schema = schemathesis.openapi.from_path(SCHEMA).include(path_regex=SERVED)
+
+
+@pytest.fixture
+def app() -> Iterator[WSGIHandler]:
+    # As Django's test client does: a request must not close the test's connection.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield WSGIHandler()
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {key('admin')}"}
+
+
+def test_the_schema_covers_the_served_operations():
+    assert len(list(schema.get_all_operations())) >= 15
+
+
+@schema.parametrize()
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_no_operation_answers_5xx(case: Any, app: WSGIHandler, auth: dict[str, str]):
+    case.call_and_validate(
+        base_url="http://testserver", app=app, headers=auth, checks=[not_a_server_error]
+    )
