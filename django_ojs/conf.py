@@ -59,6 +59,8 @@ DEFAULT_RESPONSE_CONTENT_TYPE = "application/openjobspec+json"
 RESPONSE_CONTENT_TYPES = ("application/openjobspec+json", "application/json")
 #: Largest accepted HTTP request body, in bytes (413 above it).
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
+#: Job types that may be enqueued (exact types or ``prefix.*``); None allows every type.
+DEFAULT_ALLOWED_JOB_TYPES: tuple[str, ...] | None = None
 #: Retention of finished jobs and events, in seconds (None keeps them forever).
 DEFAULT_RETENTION = {
     "completed": 7 * 86400,
@@ -196,6 +198,12 @@ class Settings:
     def MAX_REQUEST_BYTES(self) -> int:
         """Largest accepted HTTP request body in bytes."""
         return int(self._get("OJS_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES))
+
+    @property
+    def ALLOWED_JOB_TYPES(self) -> tuple[str, ...] | None:
+        """Job types that may be enqueued (``type`` or ``prefix.*``); ``None``: every type."""
+        value = self._get("OJS_ALLOWED_JOB_TYPES", DEFAULT_ALLOWED_JOB_TYPES)
+        return None if value is None else tuple(value)
 
     @property
     def RETENTION(self) -> dict[str, float | None]:

@@ -17,7 +17,13 @@ from typing import Any
 
 from django_ojs.exceptions import EnvelopeTooLarge, ValidationError
 from django_ojs.retry import RetryPolicy, parse_duration
-from django_ojs.validation import check_json, duration_ms, first_duration_ms, validate_queue
+from django_ojs.validation import (
+    check_json,
+    duration_ms,
+    first_duration_ms,
+    validate_meta,
+    validate_queue,
+)
 
 SPECVERSION = "1.0"
 # OJS core §5.1 segments are lower-case ([a-z][a-z0-9_]*), as the SDK checks and the
@@ -231,7 +237,7 @@ def build(
         type=_validate_type(type),
         args=check_json(list(args), "args"),
         queue=validate_queue(queue),
-        meta=check_json(meta or {}, "meta"),
+        meta=validate_meta(meta),
         priority=_validate_priority(priority),
         id=_uuid7(id) if id is not None else None,
         scheduled_at=_when(scheduled_at, "scheduled_at", now),
@@ -321,7 +327,7 @@ def from_wire(
         type=_validate_type(body.get("type")),
         args=check_json(body["args"], "args"),
         queue=validate_queue(opt("queue")),
-        meta=check_json(meta, "meta"),
+        meta=validate_meta(meta),
         priority=_validate_priority(opt("priority")),
         id=_uuid7(body["id"]) if body.get("id") is not None else None,
         scheduled_at=_when(opt("scheduled_at", "delay_until"), "scheduled_at", now),

@@ -8,6 +8,7 @@ no Django; patterns are matched with ``fullmatch`` (a trailing newline never pas
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from datetime import timedelta
 from typing import Any, Literal, NamedTuple, overload
 
 from django_ojs.conf import DEFAULT_QUEUE
-from django_ojs.exceptions import ValidationError
+from django_ojs.exceptions import EnvelopeTooLarge, JobTypeNotAllowed, ValidationError
 from django_ojs.retry import parse_duration
 
 QUEUE_PATTERN = re.compile(r"[a-z0-9][a-z0-9\-.]*")
@@ -55,6 +56,80 @@ def check_json(value: Any, path: str) -> Any:
     raise ValidationError(
         f"{path} must contain only JSON-native values, not {type(value).__name__}", field=path
     )
+
+
+# --------------------------------------------------------------------------- meta
+
+#: OJS security §8.3: meta keys, values without newlines, at most 64 KiB in all.
+META_KEY_PATTERN = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+MAX_META_BYTES = 64 * 1024
+
+
+def _has_newline(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\n" in value or "\r" in value
+    if isinstance(value, list):
+        return any(_has_newline(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_newline(k) or _has_newline(v) for k, v in value.items())
+    return False
+
+
+def validate_meta(value: Any, *, field: str = "meta") -> dict[str, Any]:
+    """Job metadata (OJS security §8.3): an object of JSON values; ``None`` is ``{}``.
+
+    Keys match ``[a-zA-Z0-9_.-]{1,128}``; no string inside a value contains ``\\r`` or
+    ``\\n`` (header injection); the compact JSON encoding is at most 64 KiB
+    (:class:`EnvelopeTooLarge` above it, HTTP 413).
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError(f"{field} must be an object", field=field)
+    meta: dict[str, Any] = check_json(value, field)
+    for key, item in meta.items():
+        if not META_KEY_PATTERN.fullmatch(key):
+            raise ValidationError(
+                f"{field} keys must match [a-zA-Z0-9_.-] and be 1 to 128 characters; "
+                f"{key[:130]!r} does not",
+                field=field,
+                details={"key": key[:130]},
+            )
+        if _has_newline(item):
+            raise ValidationError(
+                f"{field}.{key} must not contain newline characters (\\r or \\n)",
+                field=f"{field}.{key}",
+            )
+    size = len(json.dumps(meta, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    if size > MAX_META_BYTES:
+        raise EnvelopeTooLarge(
+            f"{field} is {size} bytes; the limit is {MAX_META_BYTES} bytes (64 KiB)",
+            details={"field": field, "size": size, "limit": MAX_META_BYTES},
+        )
+    return meta
+
+
+# --------------------------------------------------------------------------- job types
+
+
+def type_allowed(job_type: str, patterns: Sequence[str]) -> bool:
+    """Whether ``job_type`` is ``patterns``' exact type or under a ``prefix.*`` (or ``*``)."""
+    for pattern in patterns:
+        if pattern == "*" or pattern == job_type:
+            return True
+        if pattern.endswith(".*") and job_type.startswith(pattern[:-1]):
+            return True
+    return False
+
+
+def validate_allowed_type(job_type: str, patterns: Sequence[str] | None) -> str:
+    """``job_type`` if the allowlist (``OJS_ALLOWED_JOB_TYPES``; ``None``: off) has it.
+
+    Raises :class:`JobTypeNotAllowed` (HTTP 422, OJS security §8.1) otherwise.
+    """
+    if patterns is not None and not type_allowed(job_type, patterns):
+        raise JobTypeNotAllowed(job_type, tuple(patterns))
+    return job_type
 
 
 # --------------------------------------------------------------------------- queues

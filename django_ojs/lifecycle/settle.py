@@ -285,6 +285,10 @@ def retry_discarded(
     override = override or {}
     if not isinstance(override, dict):
         raise ValidationError("override must be an object", field="override")
+    if "meta" in override:
+        if not isinstance(override["meta"], dict):
+            raise ValidationError("override.meta must be an object", field="override.meta")
+        extra_meta = validation.validate_meta(override["meta"])
     with transaction.atomic(using=using):
         job = locked(job_id, using)
         require(job, "retry_discarded")
@@ -303,9 +307,7 @@ def retry_discarded(
         if "queue" in override:
             fields["queue"] = validation.validate_queue(override["queue"])
         if "meta" in override:
-            if not isinstance(override["meta"], dict):
-                raise ValidationError("override.meta must be an object", field="override.meta")
-            fields["meta"] = {**(job.meta or {}), **validation.check_json(override["meta"], "meta")}
+            fields["meta"] = validation.validate_meta({**(job.meta or {}), **extra_meta})
         if "retry" in override:
             policy = retry.RetryPolicy.from_wire(override["retry"], base=retry_policy(job))
             fields["retry"] = policy.to_wire()
