@@ -111,7 +111,7 @@ def check_http_api(
                 "OJS_API_AUTH = 'none' opens the OJS HTTP API to anyone who can reach it, "
                 "and DEBUG is False.",
                 hint="Remove OJS_API_AUTH (bearer API keys are the default) and create keys "
-                "with 'manage.py ojs_apikey create NAME --scope producer|worker|admin'.",
+                "with 'manage.py ojs_apikey create NAME --scope producer|worker|operator|admin'.",
                 id="ojs.W002",
             )
         )

@@ -290,14 +290,19 @@ class ApiKey(models.Model):
     """
 
     class Scope(models.TextChoices):
-        PRODUCER = "producer", "producer (enqueue, read, cancel)"
-        WORKER = "worker", "worker (fetch, ack, nack, heartbeat)"
+        """The roles of OJS security §7.3; what each may call is ``api.permissions.ROLES``."""
+
+        PRODUCER = "producer", "producer (enqueue only)"
+        WORKER = "worker", "worker (fetch, ack, nack, heartbeat, progress)"
+        OPERATOR = "operator", "operator (enqueue, inspect, cancel, list queues, dead letter)"
         ADMIN = "admin", "admin (every endpoint)"
 
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     hashed_secret = models.CharField(max_length=255, editable=False)
     scope = models.CharField(max_length=16, choices=Scope.choices)
+    #: Queues the key may use (names, or ``prefix*``); empty: every queue (security §7.1).
+    queues = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -309,6 +314,11 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (ojs_{self.prefix}_…, {self.scope})"
+
+    @property
+    def principal(self) -> str:
+        """How logs and the audit trail name the key: ``apikey:<name> (ojs_<prefix>_…)``."""
+        return f"apikey:{self.name} (ojs_{self.prefix}_…)"
 
     @property
     def is_active(self) -> bool:

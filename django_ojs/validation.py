@@ -112,14 +112,19 @@ def validate_meta(value: Any, *, field: str = "meta") -> dict[str, Any]:
 # --------------------------------------------------------------------------- job types
 
 
-def type_allowed(job_type: str, patterns: Sequence[str]) -> bool:
-    """Whether ``job_type`` is ``patterns``' exact type or under a ``prefix.*`` (or ``*``)."""
+def name_allowed(name: str, patterns: Sequence[str]) -> bool:
+    """Whether ``name`` is one of ``patterns`` or starts with a ``prefix*`` one's prefix.
+
+    ``billing.*`` allows ``billing.invoice`` but not ``billing``; ``*`` allows everything.
+    Used for job types (``OJS_ALLOWED_JOB_TYPES``) and API key queue allowlists.
+    """
     for pattern in patterns:
-        if pattern == "*" or pattern == job_type:
-            return True
-        if pattern.endswith(".*") and job_type.startswith(pattern[:-1]):
+        if pattern == name or (pattern.endswith("*") and name.startswith(pattern[:-1])):
             return True
     return False
+
+
+type_allowed = name_allowed
 
 
 def validate_allowed_type(job_type: str, patterns: Sequence[str] | None) -> str:
@@ -151,6 +156,26 @@ def validate_queue(value: Any, *, field: str = "queue") -> str:
     if value is None:
         return DEFAULT_QUEUE
     return _queue_name(value, field, field)
+
+
+def validate_queue_patterns(value: Any, *, field: str = "queues") -> list[str]:
+    """An API key's queue allowlist: queue names or ``prefix*`` patterns (may be empty)."""
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValidationError(f"{field} must be an array of queue names", field=field)
+    out = []
+    for i, pattern in enumerate(value):
+        if isinstance(pattern, str) and pattern.endswith("*"):
+            if pattern != "*" and not QUEUE_PATTERN.fullmatch(pattern[:-1]):
+                raise ValidationError(
+                    f"{field}[{i}] must be a queue name or a queue name prefix followed by '*'",
+                    field=field,
+                )
+            out.append(pattern)
+        else:
+            out.append(_queue_name(pattern, f"{field}[{i}]", field))
+    return out
 
 
 def validate_queues(value: Any, *, field: str = "queues", allow_empty: bool = False) -> list[str]:

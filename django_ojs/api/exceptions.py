@@ -41,7 +41,8 @@ HINTS = {
     "envelope_too_large": "Send a smaller body; large payloads belong in external storage.",
     "unauthenticated": "Send 'Authorization: Bearer <key>' with a key from "
     "'manage.py ojs_apikey create'.",
-    "permission_denied": "Use a key whose scope allows this endpoint (details.required_scope).",
+    "permission_denied": "Use a key whose scope allows this endpoint (details.required_scopes) "
+    "and whose queue allowlist has the queue (details.allowed_queues).",
     "unsupported": "Send OJS-Version: 1.0 or omit the header.",
     "queue_paused": "Resume the queue or wait.",
     "backend_error": "Retry later; the server logged the cause.",
