@@ -325,6 +325,43 @@ class ApiKey(models.Model):
         return self.revoked_at is None
 
 
+class AuditEntry(models.Model):
+    """One operator or admin action, who did it and from where (OJS security §11).
+
+    Written by the lifecycle in the action's transaction (``lifecycle/audit.py``), so an
+    entry exists exactly when the action happened. Append-only: never changed or deleted
+    by django-ojs (prune it yourself if you must).
+    """
+
+    class Source(models.TextChoices):
+        HTTP = "http", "HTTP API"
+        ADMIN = "admin", "Django admin"
+        COMMAND = "command", "management command"
+        PYTHON = "python", "Python API"
+
+    time = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
+    #: ``apikey:<name> (ojs_<prefix>_…)``, ``admin:<username>``: never a secret.
+    actor = models.CharField(max_length=255, db_index=True)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    #: ``job.cancel``, ``dead_letter.retry``, ``queue.pause``, ``worker.quiet``...
+    action = models.CharField(max_length=64, db_index=True)
+    queue = models.CharField(max_length=255, blank=True, default="")
+    job_ids = models.JSONField(default=list, blank=True)
+    worker_id = models.CharField(max_length=255, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+    source_ip = models.CharField(max_length=64, blank=True, default="")
+    request_id = models.CharField(max_length=128, blank=True, default="")
+
+    class Meta:
+        db_table = "ojs_audit"
+        ordering = ["-time", "-id"]
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit trail"
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.actor} {self.action}"
+
+
 class DeadLetterManager(JobManager["DeadLetterJob"]):
     """Only discarded jobs (``Job.objects.dead_letter()``)."""
 

@@ -16,6 +16,7 @@ from django.urls import reverse
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from django_ojs.actors import Actor
 from django_ojs.api import exceptions, permissions, wire
 from django_ojs.api.serializers import require_object
 from django_ojs.conf import settings
@@ -92,12 +93,14 @@ class OJSView(APIView):
             return {}
         return require_object(request.data)
 
-    def actor(self, request: Any) -> str | None:
-        """Who is calling, for events (``cancelled_by``...): a username or ``apikey:<prefix>``."""
-        user = request.user
-        if user is None or not user.is_authenticated:
-            return None
-        return str(getattr(user, "username", None) or user)
+    def actor(self, request: Any) -> Actor:
+        """Who is calling, for events (``cancelled_by``...) and the audit trail."""
+        return Actor(
+            self.principal(request).name,
+            source="http",
+            source_ip=str(request.META.get("REMOTE_ADDR") or ""),
+            request_id=str(getattr(request, "ojs_request_id", "") or ""),
+        )
 
     # ------------------------------------------------------- queue access (security §7.1)
 

@@ -46,7 +46,7 @@ class DeadLetterRetryView(OJSView):
         if override and isinstance(override.get("queue"), str):
             self.require_queue(request, override["queue"], CANCEL)
         try:
-            job = lifecycle.retry_discarded(job_id, override=override)
+            job = lifecycle.retry_discarded(job_id, override=override, actor=self.actor(request))
         except InvalidTransition:
             # HB §12.2: a job that is not discarded is not in the dead letter queue.
             raise JobNotFound(job_id, f"Job '{job_id}' is not in the dead letter queue.") from None
@@ -60,5 +60,5 @@ class DeadLetterDetailView(OJSView):
 
     def delete(self, request: Any, job_id: str) -> Response:
         self.require_job_queue(request, job_id, MANAGE)
-        lifecycle.delete_discarded(job_id)
+        lifecycle.delete_discarded(job_id, actor=self.actor(request))
         return Response({"deleted": True, "job_id": job_id})

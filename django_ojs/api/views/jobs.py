@@ -79,7 +79,7 @@ class JobDetailView(OJSView):
     def delete(self, request: Any, job_id: str) -> Response:
         # HB §9.4: cancelling a job that already finished (cancelled included) is 409.
         self.require_job_queue(request, job_id, CANCEL)
-        job = lifecycle.cancel(job_id, idempotent=False, by=self.actor(request))
+        job = lifecycle.cancel(job_id, idempotent=False, actor=self.actor(request))
         return Response({"job": serializers.job(job)})
 
 

@@ -61,7 +61,7 @@ class QueuePauseView(OJSView):
     def post(self, request: Any, name: str) -> Response:
         self.body(request)
         self.require_queue(request, name, MANAGE)
-        queue = lifecycle.pause_queue(name, by=self.actor(request))
+        queue = lifecycle.pause_queue(name, actor=self.actor(request))
         info = queues.QueueInfo(queue.name, queue.paused, queue.paused_at, queue.created_at)
         body = serializers.queue(info)
         return Response({"queue": body, "status": body["status"], "paused_at": body["paused_at"]})
@@ -75,7 +75,7 @@ class QueueResumeView(OJSView):
     def post(self, request: Any, name: str) -> Response:
         self.body(request)
         self.require_queue(request, name, MANAGE)
-        queue = lifecycle.resume_queue(name, by=self.actor(request))
+        queue = lifecycle.resume_queue(name, actor=self.actor(request))
         info = queues.QueueInfo(queue.name, queue.paused, queue.paused_at, queue.created_at)
         body = serializers.queue(info)
         return Response(
