@@ -3,8 +3,8 @@
 A key reads ``ojs_<prefix>_<secret>``: the 12-character ``prefix`` is public and finds the
 row; the 256-bit ``secret`` is stored only as a scrypt hash (OJS security §8, SEC-020) and
 shown once, at creation. No HTTP or DRF code here: ``api/permissions.py`` calls
-:func:`authenticate`; ``manage.py ojs_apikey`` and the admin call :func:`create` and
-:func:`revoke`.
+:func:`authenticate`; ``manage.py ojs_apikey`` and the admin call :func:`create`, :func:`update`
+and :func:`revoke`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import secrets
 from collections import OrderedDict
+from collections.abc import Sequence
 from datetime import timedelta
 from threading import Lock
 
@@ -21,6 +22,7 @@ from django.utils import timezone
 
 from django_ojs.conf import settings
 from django_ojs.models import ApiKey
+from django_ojs.validation import validate_queue_patterns
 
 KEY_PREFIX = "ojs_"
 PREFIX_LENGTH = 12
@@ -93,18 +95,64 @@ def split_key(raw: str) -> tuple[str, str] | None:
     return prefix, secret
 
 
-def create(name: str, scope: str, *, using: str | None = None) -> tuple[ApiKey, str]:
-    """Create a key; return the row and the full key string (the only time it is visible)."""
-    if not isinstance(name, str) or not name.strip() or len(name) > 100:
-        raise ValueError("name must be a non-empty string of at most 100 characters")
+def _scope(scope: str) -> str:
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}")
+    return scope
+
+
+def create(
+    name: str,
+    scope: str,
+    *,
+    queues: Sequence[str] | None = None,
+    using: str | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key; return the row and the full key string (the only time it is visible).
+
+    ``queues`` limits the key to these queues (names or ``prefix*``); empty or ``None``:
+    every queue. Raises ``ValueError`` (a ``ValidationError`` for ``queues``).
+    """
+    if not isinstance(name, str) or not name.strip() or len(name) > 100:
+        raise ValueError("name must be a non-empty string of at most 100 characters")
+    scope = _scope(scope)
+    allowed = validate_queue_patterns(list(queues) if queues is not None else None)
     prefix = secrets.token_hex(PREFIX_LENGTH // 2)
     secret = secrets.token_urlsafe(SECRET_BYTES)
     key = ApiKey.objects.using(_db(using)).create(
-        name=name.strip(), prefix=prefix, hashed_secret=hash_secret(secret), scope=scope
+        name=name.strip(),
+        prefix=prefix,
+        hashed_secret=hash_secret(secret),
+        scope=scope,
+        queues=allowed,
     )
     return key, f"{KEY_PREFIX}{prefix}_{secret}"
+
+
+def update(
+    key: ApiKey | str,
+    *,
+    scope: str | None = None,
+    queues: Sequence[str] | None = None,
+    using: str | None = None,
+) -> ApiKey:
+    """Change a key's scope and/or queue allowlist (``[]``: every queue); effective at once.
+
+    Raises ``ApiKey.DoesNotExist`` for an unknown prefix, ``ValueError`` for bad values.
+    The secret never changes (revoke and create a key to rotate it).
+    """
+    using = _db(using)
+    if not isinstance(key, ApiKey):
+        key = ApiKey.objects.using(using).get(prefix=key)
+    fields: dict[str, object] = {}
+    if scope is not None:
+        fields["scope"] = _scope(scope)
+    if queues is not None:
+        fields["queues"] = validate_queue_patterns(list(queues))
+    if fields:
+        ApiKey.objects.using(using).filter(pk=key.pk).update(**fields)
+        key.refresh_from_db(using=using, fields=["scope", "queues"])
+    return key
 
 
 def authenticate(raw: str, *, using: str | None = None) -> ApiKey | None:

@@ -111,7 +111,7 @@ def check_http_api(
                 "OJS_API_AUTH = 'none' opens the OJS HTTP API to anyone who can reach it, "
                 "and DEBUG is False.",
                 hint="Remove OJS_API_AUTH (bearer API keys are the default) and create keys "
-                "with 'manage.py ojs_apikey create NAME --scope producer|worker|admin'.",
+                "with 'manage.py ojs_apikey create NAME --scope producer|worker|operator|admin'.",
                 id="ojs.W002",
             )
         )
@@ -127,4 +127,17 @@ def check_http_api(
     limit = getattr(django_settings, "OJS_MAX_REQUEST_BYTES", None)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         out.append(Error("OJS_MAX_REQUEST_BYTES must be a positive integer.", id="ojs.E008"))
+    allowed = getattr(django_settings, "OJS_ALLOWED_JOB_TYPES", None)
+    if allowed is not None and (
+        isinstance(allowed, str)
+        or not isinstance(allowed, list | tuple | set | frozenset)
+        or not all(isinstance(p, str) and p for p in allowed)
+    ):
+        out.append(
+            Error(
+                "OJS_ALLOWED_JOB_TYPES must be None or a list of job types "
+                "('email.send') and 'prefix.*' patterns.",
+                id="ojs.E009",
+            )
+        )
     return out

@@ -62,6 +62,8 @@ DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 #: Deepest nesting of arrays/objects accepted in a JSON value a client sends (args, meta,
 #: result, error details...); deeper input is refused with 400.
 DEFAULT_MAX_JSON_DEPTH = 64
+#: Job types that may be enqueued (exact types or ``prefix.*``); None allows every type.
+DEFAULT_ALLOWED_JOB_TYPES: tuple[str, ...] | None = None
 #: Retention of finished jobs and events, in seconds (None keeps them forever).
 DEFAULT_RETENTION = {
     "completed": 7 * 86400,
@@ -204,6 +206,12 @@ class Settings:
     def MAX_JSON_DEPTH(self) -> int:
         """Deepest nesting of arrays/objects accepted in one JSON value (args, meta, result...)."""
         return int(self._get("OJS_MAX_JSON_DEPTH", DEFAULT_MAX_JSON_DEPTH))
+
+    @property
+    def ALLOWED_JOB_TYPES(self) -> tuple[str, ...] | None:
+        """Job types that may be enqueued (``type`` or ``prefix.*``); ``None``: every type."""
+        value = self._get("OJS_ALLOWED_JOB_TYPES", DEFAULT_ALLOWED_JOB_TYPES)
+        return None if value is None else tuple(value)
 
     @property
     def RETENTION(self) -> dict[str, float | None]:

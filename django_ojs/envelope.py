@@ -23,6 +23,7 @@ from django_ojs.validation import (
     check_text,
     duration_ms,
     first_duration_ms,
+    validate_meta,
     validate_queue,
 )
 
@@ -272,7 +273,7 @@ def build(
         type=_validate_type(type),
         args=check_json(list(args), "args"),
         queue=validate_queue(queue),
-        meta=check_json(meta or {}, "meta"),
+        meta=validate_meta(meta),
         priority=_validate_priority(priority),
         id=_uuid7(id) if id is not None else None,
         scheduled_at=_when(scheduled_at, "scheduled_at", now),
@@ -361,7 +362,7 @@ def from_wire(
         type=_validate_type(body.get("type")),
         args=check_json(body["args"], "args"),
         queue=validate_queue(opt("queue")),
-        meta=check_json(meta, "meta"),
+        meta=validate_meta(meta),
         priority=_validate_priority(opt("priority")),
         id=_uuid7(body["id"]) if body.get("id") is not None else None,
         scheduled_at=_when(opt("scheduled_at", "delay_until"), "scheduled_at", now),

@@ -62,6 +62,21 @@ class RetryPolicyError(ValidationError):
     error_type = "validation_error"
 
 
+class JobTypeNotAllowed(ValidationError):
+    """The job type is not in the configured allowlist (``OJS_ALLOWED_JOB_TYPES``)."""
+
+    # OJS security §8.1: jobs with unregistered types MUST be rejected with 422.
+    http_status = 422
+
+    def __init__(self, job_type: str, allowed: tuple[str, ...] | list[str]):
+        super().__init__(
+            f"Job type '{job_type}' is not allowed on this server (OJS_ALLOWED_JOB_TYPES).",
+            field="type",
+            details={"type": job_type, "allowed": list(allowed)},
+        )
+        self.job_type = job_type
+
+
 class InvalidRequest(OJSError):
     """The request is malformed."""
 
@@ -74,6 +89,14 @@ class EnvelopeTooLarge(OJSError):
 
     code = "envelope_too_large"
     http_status = 413
+
+
+class PermissionDenied(OJSError):
+    """The credentials do not allow this operation on this resource."""
+
+    # OJS security §7: authenticated, but not authorized (403, error catalog OJS-5001).
+    code = "permission_denied"
+    http_status = 403
 
 
 class NotFound(OJSError):

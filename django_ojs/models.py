@@ -290,14 +290,19 @@ class ApiKey(models.Model):
     """
 
     class Scope(models.TextChoices):
-        PRODUCER = "producer", "producer (enqueue, read, cancel)"
-        WORKER = "worker", "worker (fetch, ack, nack, heartbeat)"
+        """The roles of OJS security §7.3; what each may call is ``api.permissions.ROLES``."""
+
+        PRODUCER = "producer", "producer (enqueue only)"
+        WORKER = "worker", "worker (fetch, ack, nack, heartbeat, progress)"
+        OPERATOR = "operator", "operator (enqueue, inspect, cancel, list queues, dead letter)"
         ADMIN = "admin", "admin (every endpoint)"
 
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     hashed_secret = models.CharField(max_length=255, editable=False)
     scope = models.CharField(max_length=16, choices=Scope.choices)
+    #: Queues the key may use (names, or ``prefix*``); empty: every queue (security §7.1).
+    queues = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -311,8 +316,50 @@ class ApiKey(models.Model):
         return f"{self.name} (ojs_{self.prefix}_…, {self.scope})"
 
     @property
+    def principal(self) -> str:
+        """How logs and the audit trail name the key: ``apikey:<name> (ojs_<prefix>_…)``."""
+        return f"apikey:{self.name} (ojs_{self.prefix}_…)"
+
+    @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class AuditEntry(models.Model):
+    """One operator or admin action, who did it and from where (OJS security §11).
+
+    Written by the lifecycle in the action's transaction (``lifecycle/audit.py``), so an
+    entry exists exactly when the action happened. Append-only: never changed or deleted
+    by django-ojs (prune it yourself if you must).
+    """
+
+    class Source(models.TextChoices):
+        HTTP = "http", "HTTP API"
+        ADMIN = "admin", "Django admin"
+        COMMAND = "command", "management command"
+        PYTHON = "python", "Python API"
+
+    time = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
+    #: ``apikey:<name> (ojs_<prefix>_…)``, ``admin:<username>``: never a secret.
+    actor = models.CharField(max_length=255, db_index=True)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    #: ``job.cancel``, ``dead_letter.retry``, ``queue.pause``, ``worker.quiet``...
+    action = models.CharField(max_length=64, db_index=True)
+    queue = models.CharField(max_length=255, blank=True, default="")
+    job_ids = models.JSONField(default=list, blank=True)
+    worker_id = models.CharField(max_length=255, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+    source_ip = models.CharField(max_length=64, blank=True, default="")
+    request_id = models.CharField(max_length=128, blank=True, default="")
+
+    class Meta:
+        db_table = "ojs_audit"
+        ordering = ["-time", "-id"]
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit trail"
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.actor} {self.action}"
 
 
 class DeadLetterManager(JobManager["DeadLetterJob"]):

@@ -13,19 +13,24 @@ from typing import Any
 from django.db.models import Count
 
 from django_ojs import lifecycle
+from django_ojs.actors import Actor
 from django_ojs.conf import DEFAULT_QUEUE
 from django_ojs.models import Job, Queue
 from django_ojs.states import JobState
 
 
-def pause(name: str, *, by: str | None = None, using: str | None = None) -> Queue:
+def pause(
+    name: str, *, by: str | None = None, actor: Actor | None = None, using: str | None = None
+) -> Queue:
     """Stop workers from fetching ``name`` (idempotent); see :func:`lifecycle.pause_queue`."""
-    return lifecycle.pause_queue(name, by=by, using=using)
+    return lifecycle.pause_queue(name, by=by, actor=actor, using=using)
 
 
-def resume(name: str, *, by: str | None = None, using: str | None = None) -> Queue:
+def resume(
+    name: str, *, by: str | None = None, actor: Actor | None = None, using: str | None = None
+) -> Queue:
     """Let workers fetch ``name`` again (idempotent); see :func:`lifecycle.resume_queue`."""
-    return lifecycle.resume_queue(name, by=by, using=using)
+    return lifecycle.resume_queue(name, by=by, actor=actor, using=using)
 
 
 @dataclass

@@ -8,6 +8,7 @@ no Django; patterns are matched with ``fullmatch`` (a trailing newline never pas
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -15,7 +16,12 @@ from datetime import timedelta
 from typing import Any, Literal, NamedTuple, overload
 
 from django_ojs.conf import DEFAULT_QUEUE, settings
-from django_ojs.exceptions import RetryPolicyError, ValidationError
+from django_ojs.exceptions import (
+    EnvelopeTooLarge,
+    JobTypeNotAllowed,
+    RetryPolicyError,
+    ValidationError,
+)
 
 QUEUE_PATTERN = re.compile(r"[a-z0-9][a-z0-9\-.]*")
 QUEUE_MAX_LENGTH = 128
@@ -182,6 +188,85 @@ def json_depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
+# --------------------------------------------------------------------------- meta
+
+#: OJS security §8.3: meta keys, values without newlines, at most 64 KiB in all.
+META_KEY_PATTERN = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+MAX_META_BYTES = 64 * 1024
+
+
+def _has_newline(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\n" in value or "\r" in value
+    if isinstance(value, list):
+        return any(_has_newline(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_newline(k) or _has_newline(v) for k, v in value.items())
+    return False
+
+
+def validate_meta(value: Any, *, field: str = "meta") -> dict[str, Any]:
+    """Job metadata (OJS security §8.3): an object of JSON values; ``None`` is ``{}``.
+
+    Keys match ``[a-zA-Z0-9_.-]{1,128}``; no string inside a value contains ``\\r`` or
+    ``\\n`` (header injection); the compact JSON encoding is at most 64 KiB
+    (:class:`EnvelopeTooLarge` above it, HTTP 413).
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError(f"{field} must be an object", field=field)
+    meta: dict[str, Any] = check_json(value, field)
+    for key, item in meta.items():
+        if not META_KEY_PATTERN.fullmatch(key):
+            raise ValidationError(
+                f"{field} keys must match [a-zA-Z0-9_.-] and be 1 to 128 characters; "
+                f"{key[:130]!r} does not",
+                field=field,
+                details={"key": key[:130]},
+            )
+        if _has_newline(item):
+            raise ValidationError(
+                f"{field}.{key} must not contain newline characters (\\r or \\n)",
+                field=f"{field}.{key}",
+            )
+    size = len(json.dumps(meta, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    if size > MAX_META_BYTES:
+        raise EnvelopeTooLarge(
+            f"{field} is {size} bytes; the limit is {MAX_META_BYTES} bytes (64 KiB)",
+            details={"field": field, "size": size, "limit": MAX_META_BYTES},
+        )
+    return meta
+
+
+# --------------------------------------------------------------------------- job types
+
+
+def name_allowed(name: str, patterns: Sequence[str]) -> bool:
+    """Whether ``name`` is one of ``patterns`` or starts with a ``prefix*`` one's prefix.
+
+    ``billing.*`` allows ``billing.invoice`` but not ``billing``; ``*`` allows everything.
+    Used for job types (``OJS_ALLOWED_JOB_TYPES``) and API key queue allowlists.
+    """
+    for pattern in patterns:
+        if pattern == name or (pattern.endswith("*") and name.startswith(pattern[:-1])):
+            return True
+    return False
+
+
+type_allowed = name_allowed
+
+
+def validate_allowed_type(job_type: str, patterns: Sequence[str] | None) -> str:
+    """``job_type`` if the allowlist (``OJS_ALLOWED_JOB_TYPES``; ``None``: off) has it.
+
+    Raises :class:`JobTypeNotAllowed` (HTTP 422, OJS security §8.1) otherwise.
+    """
+    if patterns is not None and not type_allowed(job_type, patterns):
+        raise JobTypeNotAllowed(job_type, tuple(patterns))
+    return job_type
+
+
 # --------------------------------------------------------------------------- queues
 
 
@@ -201,6 +286,26 @@ def validate_queue(value: Any, *, field: str = "queue") -> str:
     if value is None:
         return DEFAULT_QUEUE
     return _queue_name(value, field, field)
+
+
+def validate_queue_patterns(value: Any, *, field: str = "queues") -> list[str]:
+    """An API key's queue allowlist: queue names or ``prefix*`` patterns (may be empty)."""
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValidationError(f"{field} must be an array of queue names", field=field)
+    out = []
+    for i, pattern in enumerate(value):
+        if isinstance(pattern, str) and pattern.endswith("*"):
+            if pattern != "*" and not QUEUE_PATTERN.fullmatch(pattern[:-1]):
+                raise ValidationError(
+                    f"{field}[{i}] must be a queue name or a queue name prefix followed by '*'",
+                    field=field,
+                )
+            out.append(pattern)
+        else:
+            out.append(_queue_name(pattern, f"{field}[{i}]", field))
+    return out
 
 
 def validate_queues(value: Any, *, field: str = "queues", allow_empty: bool = False) -> list[str]:

@@ -1,21 +1,32 @@
-"""API keys of the HTTP API: list, create (the key is shown once) and revoke.
+"""API keys of the HTTP API: list, create (the key is shown once), change, revoke.
 
-Keys are created and revoked by ``django_ojs.apikeys`` (the only writer of ``ApiKey``
-rows); this admin never edits or deletes a key. Revoking needs ``ojs.change_apikey``.
+Keys are created, changed and revoked by ``django_ojs.apikeys`` (the only writer of
+``ApiKey`` rows); this admin never saves or deletes a row itself. Changing a key's scope or
+queue allowlist (OJS security §7.1: access policies change without code changes) and
+revoking need ``ojs.change_apikey``; the name and the secret never change.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from django_ojs import apikeys
+from django_ojs import apikeys, validation
 from django_ojs.admin import bulk
 from django_ojs.admin.base import ReadOnlyAdmin
+from django_ojs.exceptions import ValidationError
 from django_ojs.models import ApiKey
+
+if TYPE_CHECKING:
+    _ApiKeyModelForm = ModelForm[ApiKey]
+else:
+    _ApiKeyModelForm = ModelForm
 
 
 class ActiveFilter(admin.SimpleListFilter):
@@ -45,9 +56,42 @@ def _revoke(pk: int) -> str | None:
     return None
 
 
+class ApiKeyForm(_ApiKeyModelForm):
+    """Name and scope, and the queue allowlist as comma-separated text."""
+
+    queues_text = forms.CharField(
+        label="queues",
+        required=False,
+        help_text="Comma-separated queues the key may use (names, or 'prefix*'). "
+        "Empty: every queue.",
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ("name", "scope")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["queues_text"].initial = ", ".join(self.instance.queues or ())
+
+    def clean_queues_text(self) -> list[str]:
+        raw = self.cleaned_data.get("queues_text") or ""
+        try:
+            return validation.validate_queue_patterns(
+                [q.strip() for q in raw.split(",") if q.strip()]
+            )
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(ReadOnlyAdmin[ApiKey]):
-    list_display = ("name", "key_id", "scope", "status", "created_at", "last_used_at", "revoked_at")
+    form = ApiKeyForm
+    list_display = (
+        "name", "key_id", "scope", "queue_list", "status", "created_at", "last_used_at",
+        "revoked_at",
+    )  # fmt: skip
     list_filter = ("scope", ActiveFilter)
     search_fields = ("name", "prefix")
     actions = ("revoke_keys",)
@@ -55,12 +99,30 @@ class ApiKeyAdmin(ReadOnlyAdmin[ApiKey]):
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> tuple[str, ...]:
         if obj is None:
-            return ("name", "scope")
-        return ("name", "key_id", "scope", "status", "created_at", "last_used_at", "revoked_at")
+            return ("name", "scope", "queues_text")
+        return (
+            "name", "key_id", "scope", "queues_text", "status", "created_at", "last_used_at",
+            "revoked_at",
+        )  # fmt: skip
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: ApiKey | None = None
+    ) -> tuple[str, ...]:
+        if obj is None:
+            return self.readonly_fields
+        return ("name", *self.readonly_fields)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        # Keys are created here (shown once); never edited or deleted, only revoked.
+        # Keys are created here (shown once); their scope and queues may change; never
+        # deleted, only revoked.
         return admin.ModelAdmin.has_add_permission(self, request)
+
+    def has_change_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
+        return request.user.has_perm("ojs.change_apikey")
+
+    @admin.display(description="queues")
+    def queue_list(self, obj: ApiKey) -> str:
+        return ", ".join(obj.queues) if obj.queues else "all"
 
     def has_revoke_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("ojs.change_apikey")
@@ -76,8 +138,12 @@ class ApiKeyAdmin(ReadOnlyAdmin[ApiKey]):
     def save_model(
         self, request: HttpRequest, obj: ApiKey, form: ModelForm[ApiKey], change: bool
     ) -> None:
-        # The add form only collects name and scope; apikeys.create makes the key.
-        key, raw = apikeys.create(obj.name, obj.scope)
+        queues = form.cleaned_data.get("queues_text") or []
+        if change:
+            apikeys.update(obj.prefix, scope=obj.scope, queues=queues)
+            return
+        # The add form only collects name, scope and queues; apikeys.create makes the key.
+        key, raw = apikeys.create(obj.name, obj.scope, queues=queues)
         obj.pk, obj.prefix, obj.created_at = key.pk, key.prefix, key.created_at
         obj._state.adding = False
         obj._state.db = key._state.db

@@ -12,6 +12,8 @@ from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
 
+from django_ojs.actors import Actor
+
 _M = TypeVar("_M", bound=Model)
 
 if TYPE_CHECKING:
@@ -23,6 +25,16 @@ else:
 
         def __class_getitem__(cls, item: object) -> type:
             return cls
+
+
+def admin_actor(request: HttpRequest) -> Actor:
+    """The signed-in user as the audit trail's actor: ``admin:<username>``."""
+    user = getattr(request, "user", None)
+    return Actor(
+        f"admin:{user.get_username() if user is not None else 'unknown'}",
+        source="admin",
+        source_ip=str(request.META.get("REMOTE_ADDR") or ""),
+    )
 
 
 class ReadOnlyAdmin(_ModelAdmin[_M]):

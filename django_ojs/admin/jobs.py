@@ -25,8 +25,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_ojs import lifecycle, states
+from django_ojs.actors import Actor
 from django_ojs.admin import bulk, display
-from django_ojs.admin.base import ReadOnlyAdmin
+from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
 from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound
 from django_ojs.models import Event, Job, Worker
@@ -43,8 +44,8 @@ TIMES = ("created_at", "scheduled_at", "enqueued_at", "started_at", "next_attemp
 TIMELINE_LIMIT = 500
 
 
-def _who(request: HttpRequest) -> str:
-    return f"admin:{request.user.get_username()}"
+def _who(request: HttpRequest) -> Actor:
+    return admin_actor(request)
 
 
 def _state_of(pk: JobId) -> str | None:
@@ -57,33 +58,33 @@ def _refused_by_state(pk: JobId) -> str:
 
 
 def _cancel(request: HttpRequest, pk: JobId) -> str | None:
-    job = lifecycle.cancel(pk, by=_who(request), reason="Cancelled from the admin")
+    job = lifecycle.cancel(pk, actor=_who(request), reason="Cancelled from the admin")
     # Cancelling a cancelled job succeeds without a change (OJS core §7.6.4): report it.
     return "already cancelled" if job.previous_state == JobState.CANCELLED else None
 
 
 def _retry(request: HttpRequest, pk: JobId) -> str | None:
-    lifecycle.retry_discarded(pk)
+    lifecycle.retry_discarded(pk, actor=_who(request))
     return None
 
 
 def _discard(request: HttpRequest, pk: JobId) -> str | None:
-    lifecycle.discard(pk, by=_who(request), reason="Discarded from the admin")
+    lifecycle.discard(pk, actor=_who(request), reason="Discarded from the admin")
     return None
 
 
 def _run_now(request: HttpRequest, pk: JobId) -> str | None:
-    lifecycle.run_now(pk)
+    lifecycle.run_now(pk, actor=_who(request))
     return None
 
 
 def _purge(request: HttpRequest, pk: JobId) -> str | None:
-    return None if lifecycle.purge([pk]) else _refused_by_state(pk)
+    return None if lifecycle.purge([pk], actor=_who(request)) else _refused_by_state(pk)
 
 
 def _delete_discarded(request: HttpRequest, pk: JobId) -> str | None:
     try:
-        lifecycle.delete_discarded(pk)
+        lifecycle.delete_discarded(pk, actor=_who(request))
     except JobNotFound:
         return _refused_by_state(pk)
     return None

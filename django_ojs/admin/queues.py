@@ -20,7 +20,7 @@ from django.urls import reverse
 from django_ojs import lifecycle
 from django_ojs import queues as queue_ops
 from django_ojs.admin import bulk
-from django_ojs.admin.base import ReadOnlyAdmin
+from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
 from django_ojs.models import Queue
 from django_ojs.queues import QueueInfo
 from django_ojs.states import JobState
@@ -144,14 +144,14 @@ class QueueAdmin(ReadOnlyAdmin[Queue]):
                 + ("queue" if len(selected) == 1 else "queues"),
                 danger=pausing,
             )
-        who = f"admin:{request.user.get_username()}"
+        who = admin_actor(request)
 
         def operate(queue: str) -> str | None:
             was_paused = queue in infos and infos[queue].paused
             if pausing:
-                lifecycle.pause_queue(queue, by=who)
+                lifecycle.pause_queue(queue, actor=who)
                 return "already paused" if was_paused else None
-            lifecycle.resume_queue(queue, by=who)
+            lifecycle.resume_queue(queue, actor=who)
             return None if was_paused else "not paused"
 
         outcome = bulk.apply(((q, q) for q in selected), operate)

@@ -21,8 +21,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_ojs import lifecycle
+from django_ojs.actors import Actor
 from django_ojs.admin import bulk, display
-from django_ojs.admin.base import ReadOnlyAdmin
+from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
 from django_ojs.conf import settings
 from django_ojs.models import Job, Worker
 from django_ojs.states import JobState
@@ -50,9 +51,9 @@ class StaleFilter(admin.SimpleListFilter):
         return queryset
 
 
-def _directive(value: str) -> Callable[[str], str | None]:
+def _directive(value: str, actor: Actor) -> Callable[[str], str | None]:
     def run(worker_id: str) -> str | None:
-        lifecycle.set_directive(worker_id, value)
+        lifecycle.set_directive(worker_id, value, actor=actor)
         return None
 
     return run
@@ -195,7 +196,7 @@ class WorkerAdmin(ReadOnlyAdmin[Worker]):
             )
         outcome = bulk.apply(
             ((w[0], w[0]) for w in workers),
-            _directive(value),
+            _directive(value, admin_actor(request)),
             gone=bulk.gone(request, (w[0] for w in workers)),
         )
         if outcome.done and value != "running":

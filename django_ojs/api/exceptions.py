@@ -7,12 +7,14 @@ errors, DRF errors (401, 403, 404, 405, parse errors, 415 → 400) and unexpecte
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import DatabaseError, DataError
 from django.http import Http404
+from django.utils import timezone
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
@@ -20,6 +22,9 @@ from rest_framework.views import set_rollback
 from django_ojs.exceptions import OJSError
 
 logger = logging.getLogger("django_ojs.api")
+#: Authentication failures and permission denials, one JSON line each (OJS security §11,
+#: SEC-018). Never a credential: keys are named by their public prefix only.
+audit_logger = logging.getLogger("django_ojs.audit")
 
 #: ojs-errors §4 publishes one page per canonical (upper-case) code.
 DOCS_URL = "https://openjobspec.org/errors/{code}"
@@ -41,7 +46,8 @@ HINTS = {
     "envelope_too_large": "Send a smaller body; large payloads belong in external storage.",
     "unauthenticated": "Send 'Authorization: Bearer <key>' with a key from "
     "'manage.py ojs_apikey create'.",
-    "permission_denied": "Use a key whose scope allows this endpoint (details.required_scope).",
+    "permission_denied": "Use a key whose scope allows this endpoint (details.required_scopes) "
+    "and whose queue allowlist has the queue (details.allowed_queues).",
     "unsupported": "Send OJS-Version: 1.0 or omit the header.",
     "queue_paused": "Resume the queue or wait.",
     "backend_error": "Retry later; the server logged the cause.",
@@ -122,6 +128,36 @@ def _from_drf(exc: drf.APIException, context: dict[str, Any]) -> tuple[int, dict
     return exc.status_code, {"code": "invalid_request", "message": detail or str(exc)}
 
 
+def _audit_denial(
+    context: dict[str, Any], status: int, code: str, details: dict[str, Any], request_id: Any
+) -> None:
+    request = context.get("request")
+    django_request = getattr(request, "_request", request)
+    meta = getattr(django_request, "META", {})
+    auth = getattr(request, "auth", None) if status == 403 else None
+    user = getattr(request, "user", None)
+    principal = getattr(auth, "principal", None) or (
+        f"user:{user.get_username()}"
+        if status == 403 and user is not None and getattr(user, "is_authenticated", False)
+        else "unknown"
+    )
+    entry = {
+        "timestamp": timezone.now().isoformat(),
+        "event_type": "auth.login_failure" if status == 401 else "authz.permission_denied",
+        "principal": principal,
+        "source_ip": meta.get("REMOTE_ADDR", ""),
+        "correlation_id": request_id,
+        "outcome": "failure",
+        "detail": {
+            "endpoint": f"{getattr(django_request, 'method', '')} "
+            f"{getattr(django_request, 'path', '')}",
+            "code": code,
+            **{k: v for k, v in details.items() if k in ("operation", "queue", "required_scopes")},
+        },
+    }
+    audit_logger.warning(json.dumps(entry, default=str))
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF ``EXCEPTION_HANDLER`` for the OJS views: always an OJS envelope, never None."""
     request_id = _request_id(context)
@@ -180,6 +216,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     set_rollback()
     code = fields.pop("code")
     message = fields.pop("message")
+    if status in (401, 403):
+        _audit_denial(context, status, code, fields.get("details") or {}, request_id)
     return Response(
         error_body(code, message, request_id=request_id, **fields),
         status=status,

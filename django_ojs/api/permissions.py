@@ -1,33 +1,106 @@
-"""Authentication and scopes of the HTTP API (HB §5, OJS security §6-§7). Secure by default.
+"""Authentication and authorization of the HTTP API (HB §5, OJS security §6-§7). Secure by default.
 
-Bearer API keys (``django_ojs.apikeys``) carry one scope: ``producer`` (enqueue, read,
-cancel), ``worker`` (fetch, ack, nack, heartbeat) or ``admin`` (every endpoint). Active
-staff users with a Django session count as ``admin`` (CSRF is enforced for them).
-``OJS_API_AUTH = "none"`` opens every endpoint. Missing or bad credentials give 401, a
-scope that does not cover the endpoint 403.
+Every endpoint names the OJS operation it performs (security §7.2): ``enqueue``,
+``dequeue``, ``cancel``, ``inspect`` or ``admin``. A credential carries one role (security
+§7.3), and :data:`ROLES` says which operations each role may perform; that is the §7.5
+permission matrix:
+
+============  =======  =======  ======  =======  =====
+role          enqueue  dequeue  cancel  inspect  admin
+============  =======  =======  ======  =======  =====
+producer      yes
+worker                 yes
+operator      yes               yes     yes
+admin         yes      yes      yes     yes      yes
+============  =======  =======  ======  =======  =====
+
+Bearer API keys (``django_ojs.apikeys``) carry their ``scope`` as the role and may be
+limited to some queues (security §7.1). Active staff users with a Django session are
+``admin`` on every queue (CSRF is enforced for them). ``OJS_API_AUTH = "none"`` opens every
+endpoint. Missing or bad credentials give 401; a role without the endpoint's operation, or
+a queue outside the key's allowlist, gives 403 ``permission_denied``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from django_ojs import apikeys
+from django_ojs import apikeys, validation
 from django_ojs.conf import settings
+from django_ojs.exceptions import PermissionDenied
 from django_ojs.models import ApiKey
 
 PRODUCER = ApiKey.Scope.PRODUCER.value
 WORKER = ApiKey.Scope.WORKER.value
+OPERATOR = ApiKey.Scope.OPERATOR.value
 ADMIN = ApiKey.Scope.ADMIN.value
-#: What each scope may call; an endpoint names the scope it needs (``required_scope``).
-GRANTS = {
-    PRODUCER: frozenset({PRODUCER}),
-    WORKER: frozenset({WORKER}),
-    ADMIN: frozenset({PRODUCER, WORKER, ADMIN}),
+
+# The operations of OJS security §7.2.
+ENQUEUE = "enqueue"  # submit jobs
+DEQUEUE = "dequeue"  # fetch, ack, nack, heartbeat, progress: a worker's calls
+CANCEL = "cancel"  # change one job: cancel, activate, retry from the dead letter
+INSPECT = "inspect"  # read jobs, events, queues and the dead letter
+MANAGE = "admin"  # queues (pause, resume), deleting from the dead letter
+OPERATIONS = (ENQUEUE, DEQUEUE, CANCEL, INSPECT, MANAGE)
+
+#: What each role may do (OJS security §7.3 and the §7.5 matrix).
+ROLES: dict[str, frozenset[str]] = {
+    PRODUCER: frozenset({ENQUEUE}),
+    WORKER: frozenset({DEQUEUE}),
+    OPERATOR: frozenset({ENQUEUE, CANCEL, INSPECT}),
+    ADMIN: frozenset(OPERATIONS),
 }
+
+
+def roles_for(operation: str) -> list[str]:
+    """The roles allowed to perform ``operation``, in :data:`ROLES` order."""
+    return [role for role, allowed in ROLES.items() if operation in allowed]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling (OJS security §3): a name, a role and the queues it may use."""
+
+    name: str
+    role: str | None
+    #: Queue names or ``prefix*`` patterns; ``None``: every queue.
+    queues: tuple[str, ...] | None = None
+    key: ApiKey | None = None
+
+    @property
+    def operations(self) -> frozenset[str]:
+        if self.role is None:
+            return frozenset(OPERATIONS)  # OJS_API_AUTH = "none"
+        return ROLES.get(self.role, frozenset())
+
+    def may(self, operation: str) -> bool:
+        return operation in self.operations
+
+    def may_use(self, queue: str) -> bool:
+        return self.queues is None or validation.name_allowed(queue, self.queues)
+
+    def require_queue(self, queue: str, operation: str) -> None:
+        """Raise 403 unless this principal may use ``queue`` (security §7.1, §15.2)."""
+        if not self.may_use(queue):
+            raise PermissionDenied(
+                f"Principal '{self.name}' does not have '{operation}' permission on "
+                f"queue '{queue}'.",
+                details={
+                    "principal": self.name,
+                    "operation": operation,
+                    "queue": queue,
+                    "allowed_queues": list(self.queues or ()),
+                },
+            )
+
+
+OPEN = Principal("anonymous", None)
 
 
 class ApiKeyUser:
@@ -85,18 +158,30 @@ def authenticators() -> list[authentication.BaseAuthentication]:
     return [BearerKeyAuthentication(), StaffSessionAuthentication()]
 
 
-def granted_scopes(request: Request) -> frozenset[str]:
-    """The scopes the request's credentials carry."""
+def principal(request: Request) -> Principal | None:
+    """Who the request's credentials name; ``None`` when they grant nothing."""
+    if settings.API_AUTH == "none":
+        return OPEN
     if isinstance(request.auth, ApiKey):
-        return GRANTS.get(request.auth.scope, frozenset())
+        key = request.auth
+        return Principal(key.principal, key.scope, tuple(key.queues) or None, key)
     user = request.user
     if user is not None and user.is_authenticated and user.is_active and user.is_staff:
-        return GRANTS[ADMIN]
-    return frozenset()
+        return Principal(f"user:{user.get_username()}", ADMIN)
+    return None
+
+
+def operation_of(view: APIView, method: str) -> str | None:
+    """The operation ``view`` performs for ``method`` (its ``operation``); ``None``: public."""
+    operation = getattr(view, "operation", None)
+    if isinstance(operation, Mapping):
+        # A method the view does not list is answered 405 by the view; guard it as admin.
+        return str(operation.get(method, MANAGE))
+    return None if operation is None else str(operation)
 
 
 class ScopeDenied(exceptions.PermissionDenied):
-    """403 for credentials whose scope does not cover the endpoint; names the scopes."""
+    """403 for credentials whose role does not cover the endpoint; names the roles."""
 
     def __init__(self, detail: str, ojs_details: dict[str, Any]):
         super().__init__(detail)
@@ -105,22 +190,28 @@ class ScopeDenied(exceptions.PermissionDenied):
 
 
 class HasScope(permissions.BasePermission):
-    """Allow the request when its credentials cover the view's ``required_scope``.
+    """Allow the request when its role may perform the view's operation (security §7.5).
 
-    Views with ``required_scope = None`` (manifest, health, unknown paths) are public.
+    Views with ``operation = None`` (manifest, health, unknown paths) are public.
     """
 
     def has_permission(self, request: Request, view: APIView) -> bool:
-        scope = getattr(view, "required_scope", None)
-        if scope is None or settings.API_AUTH == "none":
+        operation = operation_of(view, request.method or "GET")
+        if operation is None or settings.API_AUTH == "none":
             return True
         # request.user is None when DRF's UNAUTHENTICATED_USER is None.
         if request.user is None or not request.user.is_authenticated:
             return False  # DRF turns this into 401 NotAuthenticated
-        granted = granted_scopes(request)
-        if scope in granted:
+        who = principal(request)
+        if who is not None and who.may(operation):
             return True
+        role = who.role if who is not None else None
         raise ScopeDenied(
-            f"These credentials may not call this endpoint: it needs the '{scope}' scope.",
-            {"required_scope": scope, "granted_scopes": sorted(granted)},
+            f"These credentials may not call this endpoint: it performs '{operation}', "
+            f"which needs the {' or '.join(repr(r) for r in roles_for(operation))} scope.",
+            {
+                "operation": operation,
+                "required_scopes": roles_for(operation),
+                "granted_scopes": [role] if role else [],
+            },
         )

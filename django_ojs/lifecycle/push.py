@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 from uuid6 import uuid7
 
-from django_ojs import envelope
+from django_ojs import envelope, validation
 from django_ojs.conf import settings
 from django_ojs.drivers import EventMode, enqueue_event, get_driver
 from django_ojs.envelope import JobSpec
@@ -102,6 +102,7 @@ def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job
     """
     using = db(using)
     specs = list(specs)
+    _check_types(specs)
     now = timezone.now()
     default_max_attempts = default_retry_policy().max_attempts
     rows = [job_row(spec, now, default_max_attempts) for spec in specs]
@@ -133,6 +134,22 @@ def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job
             )
     events.signal(written, using)
     return _saved(rows, using)
+
+
+def _check_types(specs: list[JobSpec]) -> None:
+    """Refuse job types outside ``OJS_ALLOWED_JOB_TYPES`` (OJS security §8.1), HTTP or not."""
+    allowed = settings.ALLOWED_JOB_TYPES
+    if allowed is None:
+        return
+    for index, spec in enumerate(specs):
+        try:
+            validation.validate_allowed_type(spec.type, allowed)
+        except ValidationError as exc:
+            if len(specs) > 1:
+                exc.details["index"] = index
+                exc.message = f"jobs[{index}]: {exc.message}"
+                exc.args = (exc.message,)
+            raise
 
 
 def _saved(rows: list[Job], using: str) -> list[Job]:

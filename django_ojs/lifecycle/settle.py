@@ -14,10 +14,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_ojs import failure, retry, states, validation
+from django_ojs.actors import Actor
 from django_ojs.conf import settings
 from django_ojs.drivers import Completion, get_driver
 from django_ojs.exceptions import InvalidTransition, JobNotFound, ValidationError
-from django_ojs.lifecycle import events
+from django_ojs.lifecycle import audit, events
 from django_ojs.lifecycle.store import (
     RELEASE,
     attempt_duration_ms,
@@ -221,6 +222,7 @@ def cancel(
     reason: str | None = None,
     by: str | None = None,
     idempotent: bool = True,
+    actor: Actor | None = None,
     using: str | None = None,
 ) -> Job:
     """Cancel a job that has not finished (core §7.6).
@@ -229,13 +231,19 @@ def cancel(
     ``idempotent=False`` (HTTP binding §9.4: 409 for any terminal job); a completed or
     discarded job raises :class:`InvalidTransition`. An active job is cancelled at once;
     its worker learns it from the next heartbeat reply and a late ACK/FAIL is refused.
-    The returned job carries ``previous_state``.
+    The returned job carries ``previous_state``. With an ``actor``, the audit trail
+    records the request (also when the job was already cancelled).
     """
     using = db(using)
     now = timezone.now()
+    by = audit.by(by, actor)
     with transaction.atomic(using=using):
         job = locked(job_id, using)
         job.previous_state = job.state
+        audit.record(
+            actor, "job.cancel", using, job_ids=[job.id], queue=job.queue, reason=reason,
+            previous_state=job.previous_state,
+        )  # fmt: skip
         if job.state == JobState.CANCELLED and idempotent:
             return job
         require(job, "cancel")
@@ -273,7 +281,11 @@ def activate(job_id: Any, *, using: str | None = None) -> Job:
 
 
 def retry_discarded(
-    job_id: Any, *, override: dict[str, Any] | None = None, using: str | None = None
+    job_id: Any,
+    *,
+    override: dict[str, Any] | None = None,
+    actor: Actor | None = None,
+    using: str | None = None,
 ) -> Job:
     """Manually retry a dead-lettered job: ``discarded → available`` (core §6.3, DLQ §6.3).
 
@@ -285,6 +297,10 @@ def retry_discarded(
     override = override or {}
     if not isinstance(override, dict):
         raise ValidationError("override must be an object", field="override")
+    if "meta" in override:
+        if not isinstance(override["meta"], dict):
+            raise ValidationError("override.meta must be an object", field="override.meta")
+        extra_meta = validation.validate_meta(override["meta"])
     with transaction.atomic(using=using):
         job = locked(job_id, using)
         require(job, "retry_discarded")
@@ -303,13 +319,15 @@ def retry_discarded(
         if "queue" in override:
             fields["queue"] = validation.validate_queue(override["queue"])
         if "meta" in override:
-            if not isinstance(override["meta"], dict):
-                raise ValidationError("override.meta must be an object", field="override.meta")
-            fields["meta"] = {**(job.meta or {}), **validation.check_json(override["meta"], "meta")}
+            fields["meta"] = validation.validate_meta({**(job.meta or {}), **extra_meta})
         if "retry" in override:
             policy = retry.RetryPolicy.from_wire(override["retry"], base=retry_policy(job))
             fields["retry"] = policy.to_wire()
             fields["max_attempts"] = policy.max_attempts
+        audit.record(
+            actor, "dead_letter.retry", using, job_ids=[job.id], queue=job.queue,
+            override=override or None,
+        )  # fmt: skip
         cas(job, "retry_discarded", using, **fields)
         events.emit_job("dead_letter.retried", job, using, now)
         events.emit_job("job.enqueued", job, using, now, priority=job.priority)
@@ -318,19 +336,25 @@ def retry_discarded(
     return job
 
 
-def delete_discarded(job_id: Any, *, using: str | None = None) -> None:
+def delete_discarded(job_id: Any, *, actor: Actor | None = None, using: str | None = None) -> None:
     """Delete a dead-lettered job for good (DLQ §6.4). Raises ``JobNotFound`` otherwise."""
     using = db(using)
     with transaction.atomic(using=using):
         job = locked(job_id, using)
         if job.state != JobState.DISCARDED:
             raise JobNotFound(job_id, f"Job '{job_id}' is not in the dead letter queue.")
+        audit.record(actor, "dead_letter.delete", using, job_ids=[job.id], queue=job.queue)
         events.emit_job("dead_letter.deleted", job, using)
         Job.objects.using(using).filter(pk=job.pk, state=JobState.DISCARDED).delete()
 
 
 def discard(
-    job_id: Any, *, reason: str | None = None, by: str | None = None, using: str | None = None
+    job_id: Any,
+    *,
+    reason: str | None = None,
+    by: str | None = None,
+    actor: Actor | None = None,
+    using: str | None = None,
 ) -> Job:
     """Operator action: end an unfinished job now as ``discarded`` (into the dead letter).
 
@@ -338,10 +362,15 @@ def discard(
     """
     using = db(using)
     now = timezone.now()
+    by = audit.by(by, actor)
     with transaction.atomic(using=using):
         job = locked(job_id, using)
         require(job, "discard")
         job.previous_state = job.state
+        audit.record(
+            actor, "job.discard", using, job_ids=[job.id], queue=job.queue, reason=reason,
+            previous_state=job.previous_state,
+        )  # fmt: skip
         entry = failure.entry(
             {
                 "code": "discarded",
@@ -395,7 +424,7 @@ def discard_with(
     return job
 
 
-def run_now(job_id: Any, *, using: str | None = None) -> Job:
+def run_now(job_id: Any, *, actor: Actor | None = None, using: str | None = None) -> Job:
     """Operator action: make a ``scheduled`` or ``retryable`` job ``available`` at once."""
     using = db(using)
     now = timezone.now()
@@ -403,25 +432,34 @@ def run_now(job_id: Any, *, using: str | None = None) -> Job:
         job = locked(job_id, using)
         require(job, "run_now")
         job.previous_state = job.state
+        audit.record(
+            actor, "job.run_now", using, job_ids=[job.id], queue=job.queue,
+            previous_state=job.previous_state,
+        )  # fmt: skip
         cas(job, "run_now", using, state=JobState.AVAILABLE, enqueued_at=now, next_attempt_at=None)
         events.emit_job("job.enqueued", job, using, now, priority=job.priority, run_now=True)
         get_driver(using).after_push({job.queue}, {job.queue})
     return job
 
 
-def purge(job_ids: Any, *, using: str | None = None) -> int:
+def purge(job_ids: Any, *, actor: Actor | None = None, using: str | None = None) -> int:
     """Delete finished (completed, cancelled or discarded) jobs; others are left alone.
 
-    Returns how many were deleted.
+    Returns how many were deleted. With an ``actor``, the audit trail lists the ids
+    actually deleted (no entry when none was).
     """
     using = db(using)
     with transaction.atomic(using=using):
-        deleted, _ = (
-            Job.objects.using(using)
-            .filter(
-                pk__in=list(job_ids),
-                state__in=[JobState.COMPLETED, JobState.CANCELLED, JobState.DISCARDED],
-            )
-            .delete()
+        finished = Job.objects.using(using).filter(
+            pk__in=list(job_ids),
+            state__in=[JobState.COMPLETED, JobState.CANCELLED, JobState.DISCARDED],
         )
+        rows = list(finished.select_for_update().values_list("pk", "queue")) if actor else []
+        deleted, _ = finished.delete()
+        if rows:
+            queues = {queue for _pk, queue in rows}
+            audit.record(
+                actor, "job.purge", using, job_ids=[pk for pk, _queue in rows],
+                queue=queues.pop() if len(queues) == 1 else "",
+            )  # fmt: skip
     return deleted

@@ -16,9 +16,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from django_ojs.actors import Actor
 from django_ojs.conf import settings
 from django_ojs.exceptions import ValidationError, WorkerNotFound
-from django_ojs.lifecycle import events
+from django_ojs.lifecycle import audit, events
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job, Worker
 from django_ojs.policy import configured, effective, ms_delta
@@ -105,7 +106,9 @@ def deregister(worker_id: str, *, using: str | None = None) -> None:
             events.emit_other("worker.stopped", worker_id, using, worker_id=worker_id)
 
 
-def set_directive(worker_id: str, directive: str, *, using: str | None = None) -> Worker:
+def set_directive(
+    worker_id: str, directive: str, *, actor: Actor | None = None, using: str | None = None
+) -> Worker:
     """Ask a worker to go ``quiet``, ``terminate`` or back to running (``""``).
 
     Delivered in the worker's next heartbeat reply (worker protocol §4.4).
@@ -121,6 +124,7 @@ def set_directive(worker_id: str, directive: str, *, using: str | None = None) -
         changed = Worker.objects.using(using).filter(id=worker_id).update(directive=directive)
         if not changed:
             raise WorkerNotFound(worker_id)
+        audit.record(actor, f"worker.{directive or 'running'}", using, worker_id=worker_id)
         if directive:
             events.emit_other(f"worker.{directive}", worker_id, using, worker_id=worker_id)
         return Worker.objects.using(using).get(id=worker_id)

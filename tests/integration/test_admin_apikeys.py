@@ -58,21 +58,49 @@ def test_revoke(admin_client):
     assert apikeys.authenticate(raw) is None
 
 
-def test_keys_are_not_edited_or_deleted(admin_client):
+def test_scope_and_queues_change_but_name_and_secret_do_not(admin_client):
+    key, raw = apikeys.create("ci", "producer")
+    url = reverse("admin:ojs_apikey_change", args=[key.pk])
+
+    response = admin_client.post(
+        url, {"name": "renamed", "scope": "operator", "queues_text": "orders, mail.*"}
+    )
+
+    assert response.status_code == 302, response.content[:2000]
+    key.refresh_from_db()
+    assert (key.name, key.scope, key.queues) == ("ci", "operator", ["orders", "mail.*"])
+    assert apikeys.authenticate(raw) == key
+    assert "orders, mail.*" in admin_client.get(LIST).content.decode()
+
+
+def test_change__validates_queues(admin_client):
+    key, _ = apikeys.create("ci", "producer")
+    response = admin_client.post(
+        reverse("admin:ojs_apikey_change", args=[key.pk]),
+        {"scope": "producer", "queues_text": "Bad Queue"},
+    )
+    assert response.status_code == 200 and response.context["adminform"].form.errors
+    key.refresh_from_db()
+    assert key.queues == []
+
+
+def test_keys_are_not_deleted(admin_client):
     key, _ = apikeys.create("ci", "producer")
 
-    assert (
-        admin_client.post(
-            reverse("admin:ojs_apikey_change", args=[key.pk]), {"name": "x"}
-        ).status_code
-        == 403
-    )
     assert (
         admin_client.post(
             reverse("admin:ojs_apikey_delete", args=[key.pk]), {"post": "yes"}
         ).status_code
         == 403
     )
+
+
+def test_add__with_a_queue_allowlist(admin_client):
+    admin_client.post(
+        reverse("admin:ojs_apikey_add"),
+        {"name": "orders", "scope": "producer", "queues_text": "orders"},
+    )
+    assert ApiKey.objects.get(name="orders").queues == ["orders"]
 
 
 def test_permissions__revoke_needs_change_apikey():

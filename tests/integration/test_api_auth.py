@@ -8,62 +8,199 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_ojs import apikeys
-from django_ojs.models import ApiKey
-from tests.factories import JobFactory
+from django_ojs.models import ApiKey, Job
+from tests.factories import JobFactory, QueueFactory
 from tests.integration.api_support import OJSClient, assert_ojs_error, client, key
 
 pytestmark = pytest.mark.django_db
 
 JOB = {"type": "a.b", "args": []}
-# (method, path, body, scope that may call it); {id} is a real job id.
+ROLES = ["producer", "worker", "operator", "admin"]
+# (method, path, body, roles that may call it); {id} is a real job id. OJS security §7.5.
+ENQUEUERS = {"producer", "operator", "admin"}
+WORKERS = {"worker", "admin"}
+OPERATORS = {"operator", "admin"}
+ADMINS = {"admin"}
 CALLS = [
-    ("POST", "/jobs", JOB, "producer"),
-    ("POST", "/jobs/batch", {"jobs": [JOB]}, "producer"),
-    ("GET", "/jobs/{id}", None, "producer"),
-    ("DELETE", "/jobs/{id}", None, "producer"),
-    ("POST", "/jobs/{id}/activate", None, "producer"),
-    ("GET", "/events", None, "producer"),
-    ("GET", "/queues", None, "producer"),
-    ("POST", "/workers/fetch", {"queues": ["default"]}, "worker"),
-    ("POST", "/workers/ack", {"job_id": "{id}"}, "worker"),
-    ("POST", "/workers/nack", {"job_id": "{id}", "error": {}}, "worker"),
-    ("POST", "/workers/heartbeat", {"worker_id": "w"}, "worker"),
-    ("POST", "/workers/progress", {"job_id": "{id}", "percentage": 5}, "worker"),
-    ("PUT", "/jobs/{id}/progress", {"progress": 0.5}, "worker"),
-    ("GET", "/queues/default/stats", None, "admin"),
-    ("POST", "/queues/default/pause", None, "admin"),
-    ("POST", "/queues/default/resume", None, "admin"),
-    ("GET", "/dead-letter", None, "admin"),
-    ("POST", "/dead-letter/{id}/retry", None, "admin"),
-    ("DELETE", "/dead-letter/{id}", None, "admin"),
+    ("POST", "/jobs", JOB, ENQUEUERS),
+    ("POST", "/jobs/batch", {"jobs": [JOB]}, ENQUEUERS),
+    ("GET", "/jobs/{id}", None, OPERATORS),
+    ("DELETE", "/jobs/{id}", None, OPERATORS),
+    ("POST", "/jobs/{id}/activate", None, OPERATORS),
+    ("GET", "/events", None, OPERATORS),
+    ("GET", "/queues", None, OPERATORS),
+    ("GET", "/queues/default/stats", None, OPERATORS),
+    ("GET", "/dead-letter", None, OPERATORS),
+    ("POST", "/dead-letter/{id}/retry", None, OPERATORS),
+    ("POST", "/workers/fetch", {"queues": ["default"]}, WORKERS),
+    ("POST", "/workers/ack", {"job_id": "{id}"}, WORKERS),
+    ("POST", "/workers/nack", {"job_id": "{id}", "error": {}}, WORKERS),
+    ("POST", "/workers/heartbeat", {"worker_id": "w"}, WORKERS),
+    ("POST", "/workers/progress", {"job_id": "{id}", "percentage": 5}, WORKERS),
+    ("PUT", "/jobs/{id}/progress", {"progress": 0.5}, WORKERS),
+    ("POST", "/queues/default/pause", None, ADMINS),
+    ("POST", "/queues/default/resume", None, ADMINS),
+    ("DELETE", "/dead-letter/{id}", None, ADMINS),
 ]
 
 
-def call(api: OJSClient, method: str, path: str, body):
-    job = JobFactory()
+def call(api: OJSClient, method: str, path: str, body, *, queue: str = "default"):
+    job = JobFactory(queue=queue)
     body = {k: (str(job.id) if v == "{id}" else v) for k, v in body.items()} if body else body
     return api.request(method, path.replace("{id}", str(job.id)), body)
 
 
-@pytest.mark.parametrize(("method", "path", "body", "scope"), CALLS)
-def test_anonymous_requests__401_with_a_bearer_challenge(method, path, body, scope):
+@pytest.mark.parametrize(("method", "path", "body", "roles"), CALLS)
+def test_anonymous_requests__401_with_a_bearer_challenge(method, path, body, roles):
     response = call(OJSClient(), method, path, body)
     error = assert_ojs_error(response, 401, "unauthenticated")
     assert response["WWW-Authenticate"] == 'Bearer realm="ojs"'
     assert error["retryable"] is False
 
 
-@pytest.mark.parametrize(("method", "path", "body", "scope"), CALLS)
-@pytest.mark.parametrize("granted", ["producer", "worker", "admin"])
-def test_scopes__allow_their_endpoints_and_refuse_others_with_403(
-    method, path, body, scope, granted
+@pytest.mark.parametrize(("method", "path", "body", "roles"), CALLS)
+@pytest.mark.parametrize("granted", ROLES)
+def test_scopes__follow_the_permission_matrix_and_refuse_others_with_403(
+    method, path, body, roles, granted
 ):
     response = call(client(granted), method, path, body)
-    if granted == scope or granted == "admin":
+    if granted in roles:
         assert response.status_code not in (401, 403), response.body
     else:
         error = assert_ojs_error(response, 403, "permission_denied")
-        assert error["details"] == {"required_scope": scope, "granted_scopes": [granted]}
+        assert error["details"]["required_scopes"] == [r for r in ROLES if r in roles]
+        assert error["details"]["granted_scopes"] == [granted]
+        assert error["details"]["operation"] in ("enqueue", "dequeue", "cancel", "inspect", "admin")
+
+
+def test_producer__may_only_enqueue():
+    producer = client("producer")
+    job = producer.enqueue("a.b")
+    for response in (
+        producer.get(f"/jobs/{job['id']}"),
+        producer.delete(f"/jobs/{job['id']}"),
+        producer.get("/queues"),
+        producer.get("/dead-letter"),
+        producer.get("/events"),
+        producer.post("/workers/fetch", {"queues": ["default"]}),
+    ):
+        assert_ojs_error(response, 403, "permission_denied")
+    operator = client("operator")
+    assert operator.get(f"/jobs/{job['id']}").body["job"]["id"] == job["id"]
+    assert operator.get("/queues").status_code == 200
+    assert operator.get("/dead-letter").status_code == 200
+    assert operator.delete(f"/jobs/{job['id']}").body["job"]["state"] == "cancelled"
+
+
+def test_worker__may_fetch_ack_nack_beat_and_report_progress_only():
+    client("producer").enqueue("a.b")
+    client("producer").enqueue("a.b")
+    worker = client("worker")
+    first, second = worker.fetch(worker_id="w1", count=2)
+    assert (
+        worker.post(
+            "/workers/progress", {"job_id": first["id"], "percentage": 50, "worker_id": "w1"}
+        ).status_code
+        == 200
+    )
+    assert worker.post("/workers/heartbeat", {"worker_id": "w1"}).status_code == 200
+    assert (
+        worker.post("/workers/ack", {"job_id": first["id"], "worker_id": "w1"}).status_code == 200
+    )
+    nack = {"job_id": second["id"], "worker_id": "w1", "error": {"message": "x"}}
+    assert worker.post("/workers/nack", nack).status_code == 200
+    for response in (
+        worker.post("/jobs", JOB),
+        worker.get(f"/jobs/{first['id']}"),
+        worker.get("/queues"),
+    ):
+        assert_ojs_error(response, 403, "permission_denied")
+
+
+# --------------------------------------------------------------------------- queue allowlists
+
+
+def limited(scope: str, *queues: str) -> OJSClient:
+    return OJSClient(apikeys.create(f"limited-{scope}", scope, queues=list(queues))[1])
+
+
+def assert_queue_denied(response, queue: str, operation: str) -> None:
+    error = assert_ojs_error(response, 403, "permission_denied")
+    assert error["details"]["queue"] == queue
+    assert error["details"]["operation"] == operation
+    assert f"'{operation}' permission on queue '{queue}'" in error["message"]
+
+
+def test_queue_allowlist__enqueue_only_to_allowed_queues():
+    api = limited("producer", "orders", "mail.*")
+    assert api.post("/jobs", {**JOB, "options": {"queue": "orders"}}).status_code == 201
+    assert api.post("/jobs", {**JOB, "queue": "mail.bulk"}).status_code == 201
+    assert_queue_denied(api.post("/jobs", JOB), "default", "enqueue")
+    batch = {"jobs": [{**JOB, "queue": "orders"}, {**JOB, "queue": "billing"}]}
+    assert_queue_denied(api.post("/jobs/batch", batch), "billing", "enqueue")
+    assert Job.objects.count() == 2  # the refused batch wrote nothing
+
+
+def test_queue_allowlist__fetch_ack_nack_progress_only_on_allowed_queues():
+    other = JobFactory(queue="billing", active=True, worker_id="w1")
+    api = limited("worker", "orders")
+    assert api.post("/workers/fetch", {"queues": ["orders"], "worker_id": "w1"}).status_code == 200
+    assert_queue_denied(
+        api.post("/workers/fetch", {"queues": ["orders", "billing"]}), "billing", "dequeue"
+    )
+    body = {"job_id": str(other.id), "worker_id": "w1"}
+    assert_queue_denied(api.post("/workers/ack", body), "billing", "dequeue")
+    assert_queue_denied(api.post("/workers/nack", {**body, "error": {}}), "billing", "dequeue")
+    assert_queue_denied(
+        api.post("/workers/progress", {**body, "percentage": 1}), "billing", "dequeue"
+    )
+    other.refresh_from_db()
+    assert other.state == "active"
+
+
+def test_queue_allowlist__inspect_cancel_and_lists_are_limited():
+    mine = JobFactory(queue="orders")
+    theirs = JobFactory(queue="billing")
+    dead_mine = JobFactory(queue="orders", state="discarded")
+    JobFactory(queue="billing", state="discarded")
+    api = limited("operator", "orders")
+    assert api.get(f"/jobs/{mine.id}").status_code == 200
+    assert_queue_denied(api.get(f"/jobs/{theirs.id}"), "billing", "inspect")
+    assert_queue_denied(api.delete(f"/jobs/{theirs.id}"), "billing", "cancel")
+    assert_queue_denied(api.post(f"/jobs/{theirs.id}/activate"), "billing", "cancel")
+    assert_queue_denied(api.get("/queues/billing/stats"), "billing", "inspect")
+    QueueFactory(name="orders")
+    QueueFactory(name="billing")
+    assert [q["name"] for q in api.get("/queues").body["queues"]] == ["orders"]
+    assert [j["id"] for j in api.get("/dead-letter").body["jobs"]] == [str(dead_mine.id)]
+    retry = api.post(f"/dead-letter/{dead_mine.id}/retry", {"override": {"queue": "billing"}})
+    assert_queue_denied(retry, "billing", "cancel")
+    theirs.refresh_from_db()
+    assert theirs.state == "available"
+
+
+def test_queue_allowlist__events_are_limited_to_allowed_queues():
+    admin = client("admin")
+    admin.enqueue("a.b", queue="orders")
+    admin.enqueue("a.b", queue="billing")
+    events = limited("operator", "orders").get("/events").body["events"]
+    assert events and {e["data"].get("queue", "orders") for e in events} <= {"orders"}
+
+
+def test_queue_allowlist__empty_means_every_queue():
+    api = limited("operator")
+    assert api.post("/jobs", {**JOB, "queue": "anything"}).status_code == 201
+
+
+def test_update__changes_scope_and_queues_at_once():
+    stored, raw = apikeys.create("k", "producer")
+    api = OJSClient(raw)
+    assert_ojs_error(api.get("/queues"), 403, "permission_denied")
+    apikeys.update(stored.prefix, scope="operator", queues=["orders"])
+    assert api.get("/queues").status_code == 200
+    assert_queue_denied(api.post("/jobs", JOB), "default", "enqueue")
+    with pytest.raises(ValueError, match="queues"):
+        apikeys.update(stored, queues=["Bad Q"])
 
 
 @pytest.mark.parametrize("path", ["/ojs/manifest", "/ojs/v1/health", "/ojs/v1/unknown"])
@@ -129,8 +266,8 @@ def test_non_staff_session__403():
 
 
 @override_settings(OJS_API_AUTH="none")
-@pytest.mark.parametrize(("method", "path", "body", "scope"), CALLS)
-def test_auth_none__opens_every_endpoint(method, path, body, scope):
+@pytest.mark.parametrize(("method", "path", "body", "roles"), CALLS)
+def test_auth_none__opens_every_endpoint(method, path, body, roles):
     assert call(OJSClient(), method, path, body).status_code not in (401, 403)
 
 
@@ -184,4 +321,4 @@ def test_check_secret__rejects_malformed_hashes():
 
 
 def test_key_fixture_helper_gives_a_working_key():
-    assert OJSClient(key("producer")).get("/queues").status_code == 200
+    assert OJSClient(key("operator")).get("/queues").status_code == 200

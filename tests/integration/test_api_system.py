@@ -106,6 +106,22 @@ def test_ojs_apikey__list_shows_no_secrets():
     assert raw not in out
 
 
+def test_ojs_apikey__create_with_queues_and_set_scope_and_queues():
+    out, err = run(
+        "ojs_apikey", "create", "orders", "--scope", "producer", "--queues", "orders,mail.*"
+    )
+    stored = ApiKey.objects.get(name="orders")
+    assert stored.queues == ["orders", "mail.*"] and "queues: orders,mail.*" in err
+    out, _ = run("ojs_apikey", "set", stored.prefix, "--scope", "operator", "--queues", "")
+    stored.refresh_from_db()
+    assert (stored.scope, stored.queues) == ("operator", [])
+    assert "is now operator, queues: all" in out
+    with pytest.raises(CommandError, match="Nothing to change"):
+        run("ojs_apikey", "set", stored.prefix)
+    with pytest.raises(CommandError, match="queues"):
+        run("ojs_apikey", "set", stored.prefix, "--queues", "Bad Q")
+
+
 def test_ojs_apikey__revoke():
     stored, raw = apikeys.create("ci", "worker")
     out, _ = run("ojs_apikey", "revoke", stored.prefix)

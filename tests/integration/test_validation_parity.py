@@ -12,15 +12,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 import django_ojs
 from django_ojs import lifecycle
-from django_ojs.exceptions import ValidationError
+from django_ojs.exceptions import EnvelopeTooLarge, JobTypeNotAllowed, ValidationError
+from django_ojs.models import Job
 from tests.integration.api_support import assert_ojs_error, client
 
 pytestmark = pytest.mark.django_db
 
 JOB = "0190d5d0-0000-7000-8000-000000000000"  # validation happens before any lookup
+META_KEY_RULE = "meta keys must match [a-zA-Z0-9_.-] and be 1 to 128 characters; {key} does not"
 QUEUE_RULE = "must match [a-z0-9][a-z0-9-.]* and be at most 128 characters"
 
 
@@ -192,6 +195,32 @@ CASES = {
         "POST", "/jobs", {"type": "a.b", "args": [], "options": {"timeout": "soon"}},
         "timeout", "timeout 'soon' is not an ISO-8601 duration (e.g. 'PT1S', 'PT5M')",
     ),
+    # meta (OJS security §8.3)
+    "enqueue meta key with a space": Case(
+        lambda: django_ojs.enqueue("a.b", meta={"bad key": 1}),
+        "POST", "/jobs", {"type": "a.b", "args": [], "meta": {"bad key": 1}},
+        "meta", META_KEY_RULE.format(key="'bad key'"),
+    ),
+    "enqueue meta key too long": Case(
+        lambda: django_ojs.enqueue("a.b", meta={"k" * 129: 1}),
+        "POST", "/jobs", {"type": "a.b", "args": [], "meta": {"k" * 129: 1}},
+        "meta", META_KEY_RULE.format(key=repr("k" * 129)),
+    ),
+    "enqueue meta value with a newline": Case(
+        lambda: django_ojs.enqueue("a.b", meta={"note": "a\r\nSet-Cookie: x"}),
+        "POST", "/jobs", {"type": "a.b", "args": [], "meta": {"note": "a\r\nSet-Cookie: x"}},
+        "meta.note", "meta.note must not contain newline characters (\\r or \\n)",
+    ),
+    "enqueue nested meta value with a newline": Case(
+        lambda: django_ojs.enqueue("a.b", meta={"tags": ["ok", "x\n"]}),
+        "POST", "/jobs", {"type": "a.b", "args": [], "options": {"metadata": {"tags": ["ok", "x\n"]}}},
+        "meta.tags", "meta.tags must not contain newline characters (\\r or \\n)",
+    ),
+    "retry override meta key": Case(
+        lambda: lifecycle.retry_discarded(JOB, override={"meta": {"a/b": 1}}),
+        "POST", f"/dead-letter/{JOB}/retry", {"override": {"meta": {"a/b": 1}}},
+        "meta", META_KEY_RULE.format(key="'a/b'"),
+    ),
     # queues
     "pause queue name": Case(
         lambda: lifecycle.pause_queue("Mail"),
@@ -217,3 +246,49 @@ def test_python_and_http_refuse_alike(case: Case):
     http = (error["details"].get("field"), error["message"])
 
     assert python == http == (case.field, case.message)
+
+
+def test_meta_over_64_kib__413_both_ways_with_the_same_message():
+    meta = {"blob": "x" * (64 * 1024)}
+    with pytest.raises(EnvelopeTooLarge) as info:
+        django_ojs.enqueue("a.b", meta=meta)
+    response = client("admin").post("/jobs", {"type": "a.b", "args": [], "meta": meta})
+    error = assert_ojs_error(response, 413, "envelope_too_large")
+    assert error["message"] == info.value.message
+    assert error["details"]["field"] == "meta" and error["details"]["limit"] == 65536
+
+
+def test_meta_at_the_limits__is_accepted():
+    meta = {"k" * 128: "v", "a.b-c_D9": ["no", "newline"], "blob": "x" * 60_000}
+    job = django_ojs.enqueue("a.b", meta=meta)
+    assert job.meta == meta
+    response = client("admin").post("/jobs", {"type": "a.b", "args": [], "meta": meta})
+    assert response.status_code == 201, response.body
+
+
+@override_settings(OJS_ALLOWED_JOB_TYPES=["email.send", "billing.*"])
+def test_job_type_allowlist__422_over_http_and_a_typed_error_in_python():
+    with pytest.raises(JobTypeNotAllowed) as info:
+        django_ojs.enqueue("report.build")
+    api = client("admin")
+    error = assert_ojs_error(
+        api.post("/jobs", {"type": "report.build", "args": []}), 422, "invalid_payload"
+    )
+    assert error["message"] == info.value.message
+    assert error["details"]["field"] == "type"
+    assert error["details"]["allowed"] == ["email.send", "billing.*"]
+    # Allowed: an exact type and anything under a prefix.* pattern.
+    assert django_ojs.enqueue("email.send").type == "email.send"
+    assert api.post("/jobs", {"type": "billing.invoice.send", "args": []}).status_code == 201
+    assert api.post("/jobs", {"type": "billing", "args": []}).status_code == 422
+    # A batch is all or none, and names the refused item.
+    batch = {"jobs": [{"type": "email.send", "args": []}, {"type": "x.y", "args": []}]}
+    error = assert_ojs_error(api.post("/jobs/batch", batch), 422, "invalid_payload")
+    assert error["details"]["index"] == 1
+    with pytest.raises(JobTypeNotAllowed):
+        django_ojs.enqueue_many([{"type": "email.send"}, {"type": "x.y"}])
+    assert not Job.objects.filter(type="x.y").exists()
+
+
+def test_job_type_allowlist__is_off_by_default():
+    assert django_ojs.enqueue("any.type.at_all").type == "any.type.at_all"

@@ -221,3 +221,17 @@ def test_queue_pattern__trailing_newline_is_refused_by_the_envelope():
 def test_iso_duration__trailing_newline_is_refused():
     with pytest.raises(ValidationError):
         parse_duration("PT1S\n")
+
+
+def test_type_allowed__exact_types_prefix_patterns_and_star():
+    from django_ojs.validation import type_allowed
+
+    patterns = ["email.send", "billing.*"]
+    assert type_allowed("email.send", patterns)
+    assert type_allowed("billing.invoice", patterns)
+    assert type_allowed("billing.invoice.pdf", patterns)
+    assert not type_allowed("billing", patterns)
+    assert not type_allowed("email.sender", patterns)
+    assert not type_allowed("email", patterns)
+    assert type_allowed("anything", ["*"])
+    assert not type_allowed("anything", [])

@@ -1,21 +1,27 @@
 """The base view of every OJS endpoint: wire rules, authentication, headers, the body.
 
-Views subclass :class:`OJSView`, set ``required_scope`` and implement ``get``/``post``/
-``delete`` as parse → one core call → render.
+Views subclass :class:`OJSView`, set ``operation`` (the OJS security §7.2 operation each
+method performs, see ``api.permissions``) and implement ``get``/``post``/``delete`` as
+parse → authorize the queue → one core call → render.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Q
 from django.urls import reverse
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from django_ojs.actors import Actor
 from django_ojs.api import exceptions, permissions, wire
 from django_ojs.api.serializers import require_object
 from django_ojs.conf import settings
 from django_ojs.exceptions import NotFound, Unsupported, ValidationError
+from django_ojs.models import Job
 
 BODY_METHODS = ("POST", "PUT", "PATCH")
 
@@ -23,8 +29,9 @@ BODY_METHODS = ("POST", "PUT", "PATCH")
 class OJSView(APIView):
     """Common behaviour of the OJS HTTP binding (HB §3-§6, §16, §19)."""
 
-    #: The scope a credential needs (``permissions.PRODUCER``...); ``None`` = public.
-    required_scope: str | None = None
+    #: The operation performed (``permissions.ENQUEUE``...), or one per HTTP method
+    #: (``{"GET": INSPECT, "DELETE": CANCEL}``); ``None`` = public.
+    operation: str | Mapping[str, str] | None = None
     #: Whether a POST must carry a JSON body (an empty one is ``invalid_payload``).
     body_required = False
 
@@ -86,12 +93,57 @@ class OJSView(APIView):
             return {}
         return require_object(request.data)
 
-    def actor(self, request: Any) -> str | None:
-        """Who is calling, for events (``cancelled_by``...): a username or ``apikey:<prefix>``."""
-        user = request.user
-        if user is None or not user.is_authenticated:
+    def actor(self, request: Any) -> Actor:
+        """Who is calling, for events (``cancelled_by``...) and the audit trail."""
+        return Actor(
+            self.principal(request).name,
+            source="http",
+            source_ip=str(request.META.get("REMOTE_ADDR") or ""),
+            request_id=str(getattr(request, "ojs_request_id", "") or ""),
+        )
+
+    # ------------------------------------------------------- queue access (security §7.1)
+
+    def principal(self, request: Any) -> permissions.Principal:
+        """The caller (``OPEN`` when the view is public or the API unauthenticated)."""
+        return permissions.principal(request) or permissions.OPEN
+
+    def require_queue(self, request: Any, queue: str, operation: str) -> None:
+        """403 unless the caller's key may use ``queue``."""
+        self.principal(request).require_queue(queue, operation)
+
+    def require_job_queue(self, request: Any, job_id: Any, operation: str) -> None:
+        """403 unless the caller's key may use the queue of job ``job_id``.
+
+        An unknown or malformed id passes: the core call then answers 404 as usual.
+        """
+        who = self.principal(request)
+        if who.queues is None:
+            return
+        try:
+            queue = (
+                Job.objects.using(settings.DATABASE)
+                .filter(pk=job_id)
+                .values_list("queue", flat=True)
+                .first()
+            )
+        except (ValueError, TypeError, DjangoValidationError):
+            return
+        if queue is not None:
+            who.require_queue(queue, operation)
+
+    def queue_filter(self, request: Any, field: str = "queue") -> Q | None:
+        """A filter keeping the rows of queues the caller may use; ``None``: all of them."""
+        queues = self.principal(request).queues
+        if queues is None:
             return None
-        return str(getattr(user, "username", None) or user)
+        q = Q(pk__in=[])
+        for pattern in queues:
+            if pattern.endswith("*"):
+                q |= Q(**{f"{field}__startswith": pattern[:-1]})
+            else:
+                q |= Q(**{field: pattern})
+        return q
 
     def location(self, name: str, *args: Any) -> str:
         namespace = getattr(self.request.resolver_match, "namespace", None) or "ojs"

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 
 from django_ojs import envelope
 from django_ojs.api import pagination, serializers
-from django_ojs.api.permissions import PRODUCER
+from django_ojs.api.permissions import INSPECT
 from django_ojs.api.views.base import OJSView
 from django_ojs.conf import settings
 from django_ojs.exceptions import InvalidRequest, ValidationError
@@ -36,12 +36,14 @@ def _uuid(value: str, name: str) -> uuid.UUID:
 
 
 class EventListView(OJSView):
-    required_scope = PRODUCER  # a read; admin keys and staff sessions also qualify
+    operation = INSPECT
 
     def get(self, request: Any) -> Response:
         params = request.query_params
         page = pagination.page(params)
         events = Event.objects.using(settings.DATABASE).order_by("seq")
+        if (allowed := self.queue_filter(request)) is not None:
+            events = events.filter(allowed)  # a queue-limited key sees its queues' events
         if types := _values(params, "types") or _values(params, "type"):
             events = events.filter(type__in=types)
         if queue_names := _values(params, "queues") or _values(params, "queue"):

@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from django_ojs import envelope, lifecycle
 from django_ojs.api import serializers
-from django_ojs.api.permissions import PRODUCER
+from django_ojs.api.permissions import CANCEL, ENQUEUE, INSPECT
 from django_ojs.api.views.base import OJSView
 from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound, ValidationError
@@ -26,11 +26,13 @@ def _spec(body: Any) -> envelope.JobSpec:
 class JobListView(OJSView):
     """``POST /ojs/v1/jobs``: enqueue one job; 201 with ``Location`` (HB §9.1)."""
 
-    required_scope = PRODUCER
+    operation = ENQUEUE
     body_required = True
 
     def post(self, request: Any) -> Response:
-        job = lifecycle.push(_spec(self.body(request)))
+        spec = _spec(self.body(request))
+        self.require_queue(request, spec.queue, ENQUEUE)
+        job = lifecycle.push(spec)
         return Response(
             {"job": serializers.job(job)},
             status=201,
@@ -41,7 +43,7 @@ class JobListView(OJSView):
 class JobBatchView(OJSView):
     """``POST /ojs/v1/jobs/batch``: enqueue several jobs, all or none (HB §9.2)."""
 
-    required_scope = PRODUCER
+    operation = ENQUEUE
     body_required = True
 
     def post(self, request: Any) -> Response:
@@ -54,6 +56,8 @@ class JobBatchView(OJSView):
                 exc.details["index"] = index
                 exc.message = f"jobs[{index}]: {exc.message}"
                 raise
+        for spec in specs:
+            self.require_queue(request, spec.queue, ENQUEUE)
         jobs = lifecycle.push_many(specs)
         return Response(
             {"jobs": [serializers.job(j) for j in jobs], "count": len(jobs)}, status=201
@@ -63,27 +67,30 @@ class JobBatchView(OJSView):
 class JobDetailView(OJSView):
     """``GET`` (INFO, HB §9.3) and ``DELETE`` (CANCEL, HB §9.4) ``/ojs/v1/jobs/{id}``."""
 
-    required_scope = PRODUCER
+    operation = {"GET": INSPECT, "DELETE": CANCEL}
 
     def get(self, request: Any, job_id: str) -> Response:
         job = Job.objects.using(settings.DATABASE).filter(pk=_uuid(job_id)).first()
         if job is None:
             raise JobNotFound(job_id)
+        self.require_queue(request, job.queue, INSPECT)
         return Response({"job": serializers.job(job)})
 
     def delete(self, request: Any, job_id: str) -> Response:
         # HB §9.4: cancelling a job that already finished (cancelled included) is 409.
-        job = lifecycle.cancel(job_id, idempotent=False, by=self.actor(request))
+        self.require_job_queue(request, job_id, CANCEL)
+        job = lifecycle.cancel(job_id, idempotent=False, actor=self.actor(request))
         return Response({"job": serializers.job(job)})
 
 
 class JobActivateView(OJSView):
     """``POST /ojs/v1/jobs/{id}/activate``: release a ``pending`` job (HB §9.5)."""
 
-    required_scope = PRODUCER
+    operation = CANCEL  # a change to one job, like cancel (operator, admin)
 
     def post(self, request: Any, job_id: str) -> Response:
         self.body(request)  # validates a body if one was sent; none is needed
+        self.require_job_queue(request, job_id, CANCEL)
         job = lifecycle.activate(job_id)
         return Response({"job": serializers.job(job)})
 

@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from django_ojs import lifecycle, queues, validation
 from django_ojs.api import pagination, serializers
-from django_ojs.api.permissions import ADMIN, PRODUCER
+from django_ojs.api.permissions import INSPECT, MANAGE
 from django_ojs.api.views.base import OJSView
 from django_ojs.conf import settings
 from django_ojs.exceptions import NotFound
@@ -32,11 +32,12 @@ def _known(name: str) -> queues.QueueInfo:
 class QueueListView(OJSView):
     """``GET /ojs/v1/queues``: every known queue, ``default`` always included (paginated)."""
 
-    required_scope = PRODUCER  # a read; admin keys and staff sessions also qualify
+    operation = INSPECT
 
     def get(self, request: Any) -> Response:
         page = pagination.page(request.query_params)
-        infos = queues.list_queues()
+        who = self.principal(request)
+        infos = [i for i in queues.list_queues() if who.may_use(i.name)]
         chunk, meta = pagination.offset_page(infos, len(infos), page)
         return Response({"queues": [serializers.queue(i) for i in chunk], "pagination": meta})
 
@@ -44,9 +45,10 @@ class QueueListView(OJSView):
 class QueueStatsView(OJSView):
     """``GET /ojs/v1/queues/{name}/stats``: jobs of the queue by state."""
 
-    required_scope = ADMIN
+    operation = INSPECT
 
     def get(self, request: Any, name: str) -> Response:
+        self.require_queue(request, name, INSPECT)
         info = _known(name)
         return Response(serializers.queue_stats(info, queues.counts(name), timezone.now()))
 
@@ -54,11 +56,12 @@ class QueueStatsView(OJSView):
 class QueuePauseView(OJSView):
     """``POST /ojs/v1/queues/{name}/pause``: stop fetches; enqueueing still works."""
 
-    required_scope = ADMIN
+    operation = MANAGE
 
     def post(self, request: Any, name: str) -> Response:
         self.body(request)
-        queue = lifecycle.pause_queue(name, by=self.actor(request))
+        self.require_queue(request, name, MANAGE)
+        queue = lifecycle.pause_queue(name, actor=self.actor(request))
         info = queues.QueueInfo(queue.name, queue.paused, queue.paused_at, queue.created_at)
         body = serializers.queue(info)
         return Response({"queue": body, "status": body["status"], "paused_at": body["paused_at"]})
@@ -67,11 +70,12 @@ class QueuePauseView(OJSView):
 class QueueResumeView(OJSView):
     """``POST /ojs/v1/queues/{name}/resume``: let workers fetch again."""
 
-    required_scope = ADMIN
+    operation = MANAGE
 
     def post(self, request: Any, name: str) -> Response:
         self.body(request)
-        queue = lifecycle.resume_queue(name, by=self.actor(request))
+        self.require_queue(request, name, MANAGE)
+        queue = lifecycle.resume_queue(name, actor=self.actor(request))
         info = queues.QueueInfo(queue.name, queue.paused, queue.paused_at, queue.created_at)
         body = serializers.queue(info)
         return Response(

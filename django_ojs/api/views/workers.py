@@ -12,12 +12,12 @@ from rest_framework.response import Response
 
 from django_ojs import lifecycle
 from django_ojs.api import serializers
-from django_ojs.api.permissions import WORKER
+from django_ojs.api.permissions import DEQUEUE
 from django_ojs.api.views.base import OJSView
 
 
 class WorkerView(OJSView):
-    required_scope = WORKER
+    operation = DEQUEUE
     body_required = True
 
 
@@ -25,7 +25,10 @@ class FetchView(WorkerView):
     """``POST /ojs/v1/workers/fetch`` → ``{"jobs": [...]}`` (empty when there is no work)."""
 
     def post(self, request: Any) -> Response:
-        jobs = lifecycle.fetch(**serializers.fetch_request(self.body(request)))
+        data = serializers.fetch_request(self.body(request))
+        for queue in data["queues"]:
+            self.require_queue(request, queue, DEQUEUE)
+        jobs = lifecycle.fetch(**data)
         rendered = [serializers.job(j) for j in jobs]
         body: dict[str, Any] = {"jobs": rendered}
         if rendered:
@@ -38,6 +41,7 @@ class AckView(WorkerView):
 
     def post(self, request: Any) -> Response:
         data = serializers.ack_request(self.body(request))
+        self.require_job_queue(request, data["job_id"], DEQUEUE)
         job = lifecycle.ack(data["job_id"], data["result"], worker_id=data["worker_id"])
         return Response(serializers.ack_result(job))
 
@@ -47,6 +51,7 @@ class NackView(WorkerView):
 
     def post(self, request: Any) -> Response:
         data = serializers.nack_request(self.body(request))
+        self.require_job_queue(request, data["job_id"], DEQUEUE)
         job = lifecycle.fail(
             data["job_id"], data["error"], worker_id=data["worker_id"], requeue=data["requeue"]
         )
@@ -70,6 +75,7 @@ class ProgressView(WorkerView):
 
     def post(self, request: Any, job_id: str | None = None) -> Response:
         data = serializers.progress_request(self.body(request), job_id)
+        self.require_job_queue(request, data["job_id"], DEQUEUE)
         accepted = lifecycle.report_progress(
             data["job_id"],
             data["value"],
