@@ -36,14 +36,28 @@ if TYPE_CHECKING:
 
 
 class EventMode(enum.Enum):
-    """What a driver does with the events of a statement."""
+    """What a driver does with the events of a statement.
+
+    The statement is the same in every mode; only whether its event rows are inserted
+    and whether they come back to Python (for ``event_emitted`` receivers) differ.
+    """
 
     #: Neither stored nor wanted (``OJS_STORE_EVENTS`` off, no signal receiver).
     NONE = "none"
     #: Built and returned, not stored (``OJS_STORE_EVENTS`` off, a receiver is connected).
     RETURN = "return"
-    #: Stored in ``ojs_event`` in the same transaction, and returned.
+    #: Stored in ``ojs_event`` in the same transaction; nobody needs them back.
     STORE = "store"
+    #: Stored and returned (``INSERT … RETURNING``): a receiver is connected.
+    STORE_RETURN = "store_return"
+
+    @property
+    def stored(self) -> bool:
+        return self in (EventMode.STORE, EventMode.STORE_RETURN)
+
+    @property
+    def returned(self) -> bool:
+        return self in (EventMode.RETURN, EventMode.STORE_RETURN)
 
 
 class EventRow(NamedTuple):

@@ -74,10 +74,10 @@ class OrmDriver(Driver):
     ) -> list[EventRow]:
         Job.objects.using(self.using).bulk_create(jobs, batch_size=500)
         rows = [] if events is EventMode.NONE else job_rows(map(enqueue_event, jobs), source, now)
-        if events is EventMode.STORE:
+        if events.stored:
             self.insert_events(rows)
         self.after_push({job.queue for job in jobs}, available)
-        return rows
+        return rows if events.returned else []
 
     def after_push(self, queues: set[str], available: set[str]) -> None:
         Queue.objects.using(self.using).bulk_create(
@@ -157,9 +157,9 @@ class OrmDriver(Driver):
                     source,
                     now,
                 )
-            if events is EventMode.STORE:
+            if events.stored:
                 self.insert_events(rows)
-        return Written(owned, rows)
+        return Written(owned, rows if events.returned else [])
 
     def insert_events(self, rows: list[EventRow]) -> None:
         if rows:

@@ -62,15 +62,15 @@ def _event_select(kind: str, data: str, source: str) -> str:
 def _events_cte(name: str, select: str, mode: EventMode) -> str:
     """A CTE ``name`` whose rows are the events ``select`` builds.
 
-    STORE: inserted into ``ojs_event`` and returned (``INSERT … RETURNING``); RETURN: only
-    built (``OJS_STORE_EVENTS`` off and a signal receiver wants them); NONE: no CTE.
+    Stored modes insert them into ``ojs_event`` (``RETURNING`` them when they are to be
+    returned); RETURN only builds them (``OJS_STORE_EVENTS`` off and a receiver wants
+    them); NONE adds no CTE.
     """
     if mode is EventMode.NONE:
         return ""
-    if mode is EventMode.STORE:
-        select = (
-            f"INSERT INTO ojs_event ({_EVENT_COLUMN_LIST}) {select} RETURNING {_EVENT_COLUMN_LIST}"
-        )
+    if mode.stored:
+        returning = f" RETURNING {_EVENT_COLUMN_LIST}" if mode.returned else ""
+        select = f"INSERT INTO ojs_event ({_EVENT_COLUMN_LIST}) {select}{returning}"
     return f", {name} AS ({select})"
 
 
@@ -207,12 +207,11 @@ ENQUEUE_EVENTS = _event_select(
                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) END""",
     "pushed",
 )
-PUSH_EVENTS_SQL = """
-WITH pushed AS (
-    SELECT * FROM ojs_job AS j WHERE j.id = ANY(%(ids)s::uuid[])
-){events}
-SELECT * FROM ev
-"""
+_PUSHED_CTE = "WITH pushed AS (SELECT * FROM ojs_job AS j WHERE j.id = ANY(%(ids)s::uuid[]))"
+#: The events of a bulk push, stored (nobody wants them back).
+PUSH_EVENTS_SQL = f"{_PUSHED_CTE}\nINSERT INTO ojs_event ({_EVENT_COLUMN_LIST}) {ENQUEUE_EVENTS}"
+#: ... and returned (or only built), for event_emitted receivers.
+PUSH_EVENTS_RETURNING_SQL = _PUSHED_CTE + "{events}\nSELECT * FROM ev"
 
 # Why raw SQL: advisory locks have no ORM equivalent. The transaction-scoped variant is
 # released at COMMIT/ROLLBACK, so a reaper that dies can never keep the leadership.
@@ -225,7 +224,7 @@ LISTEN_SQL = "LISTEN " + CHANNEL
 def _statement(template: str, events_cte: str, fields: list[Any], events: EventMode) -> str:
     columns = ", ".join(f'c."{f.column}"' for f in fields)
     join = ""
-    if events is not EventMode.NONE:
+    if events.returned:
         columns += ", " + ", ".join(f"e.{c}" for c in EVENT_COLUMNS)
         join = " LEFT JOIN ev AS e ON e.job_id = c.id"
     return template.format(events=events_cte, columns=columns, join=join)
@@ -310,7 +309,7 @@ class PostgreSQLDriver(OrmDriver):
             for i, field in json_fields:
                 values[i] = field.from_db_value(values[i], None, connection)
             written.jobs.append(Job.from_db(self.using, attnames, values))
-            if events is not EventMode.NONE and row[n] is not None:
+            if events.returned and row[n] is not None:
                 written.events.append(_event_row(row[n:]))
         return written
 
@@ -331,11 +330,12 @@ class PostgreSQLDriver(OrmDriver):
                 for job in jobs:
                     copy.write_row(_job_values(job))
             rows: list[EventRow] = []
-            if events is not EventMode.NONE:
-                cursor.execute(
-                    PUSH_EVENTS_SQL.format(events=_events_cte("ev", ENQUEUE_EVENTS, events)),
-                    {"ids": [job.id for job in jobs], "now": now, "source": source},
-                )
+            params: dict[str, Any] = {"ids": [job.id for job in jobs], "now": now, "source": source}
+            if events is EventMode.STORE:
+                cursor.execute(PUSH_EVENTS_SQL, params)
+            elif events.returned:
+                events_cte = _events_cte("ev", ENQUEUE_EVENTS, events)
+                cursor.execute(PUSH_EVENTS_RETURNING_SQL.format(events=events_cte), params)
                 order = {job.id: i for i, job in enumerate(jobs)}
                 rows = sorted(
                     (_event_row(r) for r in cursor.fetchall()), key=lambda r: order[r.job_id]

@@ -85,9 +85,9 @@ class SQLiteDriver(OrmDriver):
                 source,
                 now,
             )
-            if events is EventMode.STORE:
+            if events.stored:
                 self.insert_events(rows)
-        return Written(claimed, rows)
+        return Written(claimed, rows if events.returned else [])
 
     def try_lock(self, name: str) -> bool:
         # An IMMEDIATE transaction already holds SQLite's single write lock.

@@ -27,9 +27,9 @@ __all__ = ["EventRow", "emit_job", "emit_many", "emit_other", "job_data", "job_r
 
 def mode() -> EventMode:
     """What the drivers do with the events of this operation (stored, returned or neither)."""
+    # Rows come back to Python only when a receiver will be sent them.
     if settings.STORE_EVENTS:
-        return EventMode.STORE
-    # Events that are not stored are still built when a receiver is connected.
+        return EventMode.STORE_RETURN if listened() else EventMode.STORE
     return EventMode.RETURN if listened() else EventMode.NONE
 
 

@@ -118,7 +118,7 @@ def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job
         written = events.job_rows([enqueue_event(job)], now) if mode is not EventMode.NONE else []
         driver.push_one(
             job,
-            event=written[0] if written and mode is EventMode.STORE else None,
+            event=written[0] if written and mode.stored else None,
             available=job.state == JobState.AVAILABLE,
         )
     else:
