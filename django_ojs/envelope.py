@@ -20,6 +20,7 @@ from django_ojs.retry import RetryPolicy, parse_duration
 from django_ojs.validation import (
     SCHEMA_MAX_LENGTH,
     check_json,
+    check_string,
     check_text,
     duration_ms,
     first_duration_ms,
@@ -203,11 +204,7 @@ def _validate_schema(value: Any) -> str | None:
         return None
     if not isinstance(value, str):
         raise ValidationError("schema must be a URI string", field="schema")
-    if len(value) > SCHEMA_MAX_LENGTH:
-        raise ValidationError(
-            f"schema must be at most {SCHEMA_MAX_LENGTH} characters", field="schema"
-        )
-    return check_text(value, "schema")
+    return check_string(value, "schema", max_length=SCHEMA_MAX_LENGTH)
 
 
 def _finish(spec: JobSpec, max_bytes: int) -> JobSpec:

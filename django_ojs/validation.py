@@ -55,6 +55,13 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 # --------------------------------------------------------------------------- scalars
 
 
+def check_string(value: str, field: str, *, max_length: int) -> str:
+    """A string that fits its column (``max_length`` characters) and the job store."""
+    if len(value) > max_length:
+        raise ValidationError(f"{field} must be at most {max_length} characters", field=field)
+    return check_text(value, field)
+
+
 def check_text(value: str, field: str, *, label: str | None = None) -> str:
     """Refuse a string the job store cannot hold: one with NUL or a lone surrogate.
 
@@ -341,11 +348,7 @@ def validate_worker_id(value: Any, *, required: bool = False) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise ValidationError("worker_id must be a non-empty string", field="worker_id")
-    if len(value) > WORKER_ID_MAX_LENGTH:
-        raise ValidationError(
-            f"worker_id must be at most {WORKER_ID_MAX_LENGTH} characters", field="worker_id"
-        )
-    return check_text(value, "worker_id")
+    return check_string(value, "worker_id", max_length=WORKER_ID_MAX_LENGTH)
 
 
 def validate_hostname(value: Any) -> str | None:
@@ -354,11 +357,7 @@ def validate_hostname(value: Any) -> str | None:
         return None
     if not isinstance(value, str):
         raise ValidationError("hostname must be a string", field="hostname")
-    if len(value) > HOSTNAME_MAX_LENGTH:
-        raise ValidationError(
-            f"hostname must be at most {HOSTNAME_MAX_LENGTH} characters", field="hostname"
-        )
-    return check_text(value, "hostname")
+    return check_string(value, "hostname", max_length=HOSTNAME_MAX_LENGTH)
 
 
 def validate_worker_state(value: Any) -> str | None:
