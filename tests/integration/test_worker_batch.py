@@ -6,6 +6,8 @@ the ORM path, so both paths are checked against each other.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -219,3 +221,35 @@ def test_fail_many__unstorable_characters_in_an_error_become_u_fffd():
     assert stored.error["message"] == "bad byte \ufffd and \ufffd here"
     assert stored.error["backtrace"] == ["line \ufffd"]
     assert stored.error["details"] == {"k\ufffd": "v"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outcome_writer__a_result_the_database_refuses_is_isolated(monkeypatch):
+    """Past validation (bypassed here), PostgreSQL refuses the whole statement: the worker's
+    writer splits the batch, writes the others at once and fails the refused one."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite stores a NUL inside JSON text; only PostgreSQL refuses it")
+    from django_ojs.lifecycle import batch
+    from django_ojs.worker import completion
+    from django_ojs.worker.messages import Outcome
+
+    monkeypatch.setattr(batch, "validation", SimpleNamespace(check_json=lambda value, _: value))
+
+    def sleep(seconds):
+        raise AssertionError(f"the writer waited {seconds}s on a refused batch")
+
+    monkeypatch.setattr(completion.time, "sleep", sleep)
+    jobs = claim(40)
+    writer = completion.Completer("w1", using=None, on_written=lambda ids: None)
+    writer.start()
+    for i, j in enumerate(jobs):
+        writer.put(j.id, 1, Outcome(True, result="a\u0000b" if i == 13 else {"n": i}))
+    writer.stop(timeout=60)
+    for i, j in enumerate(jobs):
+        stored = Job.objects.get(pk=j.id)
+        if i != 13:
+            assert stored.state == "completed" and stored.result == {"n": i}
+    bad = Job.objects.get(pk=jobs[13].id)
+    assert bad.state == "discarded" and bad.error["type"] == "result_not_storable"
+    assert "DataError" in bad.error["message"] and bad.error["retryable"] is False
+    assert writer.completed == 39 and writer.failed == 1
