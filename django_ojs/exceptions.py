@@ -53,6 +53,10 @@ class ValidationError(OJSError, ValueError):
             self.details.setdefault("field", field)
 
 
+class NotStorable(ValidationError):
+    """A string the job store cannot hold: it contains NUL or an unpaired surrogate."""
+
+
 class RetryPolicyError(ValidationError):
     """The retry policy is invalid."""
 

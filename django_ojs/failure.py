@@ -11,21 +11,63 @@ from datetime import datetime
 from typing import Any
 
 from django_ojs import envelope, validation
-from django_ojs.exceptions import ValidationError
+from django_ojs.exceptions import NotStorable, ValidationError
 
 DEFAULT_CODE = "handler_error"
+#: Error type of an attempt whose result the job store cannot hold (NUL, lone surrogate).
+RESULT_NOT_STORABLE = "result_not_storable"
+#: Error type recorded when the database refused a reported error itself.
+ERROR_NOT_STORABLE = "error_not_storable"
 MAX_MESSAGE_CHARS = 10_000
 _OWN_KEYS = frozenset(
     {"code", "type", "message", "retryable", "details", "backtrace", "stack_trace"}
 )
 
 
-def entry(error: object, *, attempt: int, now: datetime) -> dict[str, Any]:
+def result_not_storable(reason: str) -> dict[str, Any]:
+    """The error that fails an attempt whose handler returned a result the store cannot hold.
+
+    Not retryable: the handler succeeded, so running it again would repeat its effects
+    only to return the same result.
+    """
+    return {
+        "code": RESULT_NOT_STORABLE,
+        "type": RESULT_NOT_STORABLE,
+        "message": f"The handler's result cannot be stored: {reason}",
+        "retryable": False,
+    }
+
+
+def invalid_result(reason: str) -> dict[str, Any]:
+    """The error that fails an attempt whose handler returned a value that is not JSON."""
+    return {
+        "code": "handler_error",
+        "type": "invalid_result",
+        "message": f"The handler returned a value that is not JSON-native: {reason}",
+        "retryable": False,
+    }
+
+
+def error_not_storable(reason: str) -> dict[str, Any]:
+    """The error recorded instead of a reported one the database refused.
+
+    The attempt did fail, so its retry policy applies as usual.
+    """
+    return {
+        "code": ERROR_NOT_STORABLE,
+        "type": ERROR_NOT_STORABLE,
+        "message": f"The reported error cannot be stored: {reason}",
+    }
+
+
+def entry(error: object, *, attempt: int, now: datetime, sanitize: bool = False) -> dict[str, Any]:
     """Validate ``error`` and return the history entry for attempt ``attempt``.
 
     ``type`` defaults to ``code`` and ``code`` to ``"handler_error"``. A backtrace may come
     as ``backtrace`` (a list of lines, or a string), ``stack_trace`` or
     ``details.traceback``. Extra keys (``timeout_kind``, ``limit_seconds``…) are kept.
+    ``sanitize``: replace NUL and unpaired surrogates with U+FFFD
+    (:func:`~django_ojs.validation.storable_text`) instead of refusing the report.
     """
     if isinstance(error, str):
         error = {"message": error}
@@ -33,7 +75,12 @@ def entry(error: object, *, attempt: int, now: datetime) -> dict[str, Any]:
         error = {}
     if not isinstance(error, dict):
         raise ValidationError("error must be an object", field="error")
-    data: dict[str, Any] = validation.check_json(error, "error")
+    try:
+        data: dict[str, Any] = validation.check_json(error, "error")
+    except NotStorable:
+        if not sanitize:
+            raise
+        data = validation.check_json(validation.storable_text(error), "error")
     code = data.get("code") or None
     type_ = data.get("type") or None
     for name, value in (("code", code), ("type", type_)):

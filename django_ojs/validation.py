@@ -19,6 +19,7 @@ from django_ojs.conf import DEFAULT_QUEUE, settings
 from django_ojs.exceptions import (
     EnvelopeTooLarge,
     JobTypeNotAllowed,
+    NotStorable,
     RetryPolicyError,
     ValidationError,
 )
@@ -76,8 +77,41 @@ def check_text(value: str, field: str, *, label: str | None = None) -> str:
             if found.group() == "\x00"
             else ("an unpaired UTF-16 surrogate (\\ud800-\\udfff)")
         )
-        raise ValidationError(f"{label or field} must not contain {what}", field=field)
+        raise NotStorable(f"{label or field} must not contain {what}", field=field)
     return value
+
+
+def storable_text(value: Any) -> Any:
+    """``value`` with each NUL and unpaired surrogate in its strings replaced by U+FFFD.
+
+    For reports that are diagnostics, not data (a failed attempt's error): the store keeps
+    them readable rather than losing them. Walks lists and dicts (keys too), iteratively;
+    other values are returned as they are.
+    """
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if not isinstance(value, list | tuple | dict):
+        return value
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while stack:
+        item, parent, key = stack.pop()
+        if isinstance(item, str):
+            parent[key] = _UNSTORABLE.sub("\ufffd", item)
+        elif isinstance(item, dict):
+            copy: Any = {}
+            parent[key] = copy
+            for k, v in item.items():
+                k = _UNSTORABLE.sub("\ufffd", k) if isinstance(k, str) else k
+                copy[k] = None
+                stack.append((v, copy, k))
+        elif isinstance(item, list | tuple):
+            copy = [None] * len(item)
+            parent[key] = copy
+            stack.extend((v, copy, i) for i, v in enumerate(item))
+        else:
+            parent[key] = item
+    return root[0]
 
 
 def check_int(value: Any, field: str, *, minimum: int = 0, maximum: int = INT32_MAX) -> int:

@@ -96,6 +96,21 @@ def produce(*args: Any) -> Any:
     return args[0] if args else None
 
 
+# --------------------------------------------------------------------------- poison
+
+
+@django_ojs.handler("poison.result")
+def poison_result(*args: Any) -> dict[str, str]:
+    """Return a NUL, which no job store can hold: the job fails as ``result_not_storable``."""
+    return {"text": "before\u0000after"}
+
+
+@django_ojs.handler("poison.error")
+def poison_error(*args: Any) -> None:
+    """Raise with a NUL in the message: the error is stored with U+FFFD in its place."""
+    raise ValueError("bad byte \u0000 in the input")
+
+
 # --------------------------------------------------------------------------- demo
 
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django_ojs import failure, validation
 from django_ojs.conf import settings
 from django_ojs.drivers import Completion, get_driver
-from django_ojs.exceptions import ValidationError
+from django_ojs.exceptions import NotStorable, ValidationError
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.settle import settle_failure
 from django_ojs.lifecycle.store import db, parse_id
@@ -37,18 +37,29 @@ def ack_many(
     ``items`` are ``(job_id, attempt, result)``. An item whose job is no longer active,
     is reserved by another worker or is on another attempt (rescued, cancelled, timed out
     meanwhile) is skipped: its late outcome is ignored, as :func:`ack` would refuse it.
-    Results must be JSON-native (:class:`ValidationError` otherwise, nothing written).
+    Each result is checked on its own: one the store cannot hold (NUL, an unpaired
+    surrogate) fails its attempt with ``result_not_storable``, one that is not JSON-native
+    with ``invalid_result`` (both not retryable, through :func:`fail_many`), and the other
+    items are completed as usual. Those failed attempts are not in the returned list.
     """
     using = db(using)
     if not worker_id:
         raise ValueError("ack_many needs the worker_id that holds the reservations")
-    checked = [
-        (parse_id(job_id), int(attempt), validation.check_json(result, "result"))
-        for job_id, attempt, result in items
-    ]
+    checked: list[tuple[uuid.UUID, int, Any]] = []
+    refused: list[tuple[Any, int, Any, bool]] = []
+    for job_id, attempt, result in items:
+        pk, number = parse_id(job_id), int(attempt)
+        try:
+            checked.append((pk, number, validation.check_json(result, "result")))
+        except NotStorable as exc:
+            refused.append((pk, number, failure.result_not_storable(exc.message), False))
+        except ValidationError as exc:
+            refused.append((pk, number, failure.invalid_result(exc.message), False))
     done: list[uuid.UUID] = []
     for start in range(0, len(checked), MAX_BATCH):
         done.extend(_ack_batch(checked[start : start + MAX_BATCH], worker_id, using))
+    if refused:
+        fail_many(refused, worker_id=worker_id, using=using)
     return done
 
 
@@ -78,7 +89,10 @@ def fail_many(
     ``items`` are ``(job_id, attempt, error, requeue)``; each goes through the retry
     policy as :func:`fail` does. Attempts that are no longer this worker's (rescued,
     cancelled, timed out meanwhile) are skipped. An execution timeout (error type
-    ``timeout``) also emits ``job.timeout`` (timeouts §11.1).
+    ``timeout``) also emits ``job.timeout`` (timeouts §11.1). Each NUL or unpaired
+    surrogate in an error becomes U+FFFD (the report is kept, readable; unlike
+    :func:`fail`, which refuses it), and an otherwise unusable report is recorded as
+    ``invalid_error``: one item never stops the others.
     """
     using = db(using)
     if not worker_id:
@@ -104,7 +118,7 @@ def fail_many(
             if job.attempt != attempt:
                 continue
             try:
-                entry = failure.entry(error, attempt=job.attempt, now=now)
+                entry = failure.entry(error, attempt=job.attempt, now=now, sanitize=True)
             except ValidationError as exc:
                 entry = failure.entry(
                     {"type": "invalid_error", "message": f"Unusable error report: {exc.message}"},

@@ -4,6 +4,11 @@ A thread takes every outcome queued since its last write (up to ``MAX_BATCH``) a
 them through ``lifecycle``, which still checks that each attempt is this worker's
 (pgqueuer batches completions the same way). Until written, the jobs stay in the
 worker's heartbeats, so their reservations cannot lapse while they wait.
+
+One outcome never holds up the others: a batch the database refuses (``DataError``…: a
+value it cannot store) is split in halves at once until the refused item is alone; that
+ack is then failed as ``result_not_storable`` (a refused failure is recorded as
+``error_not_storable``). Only a lost connection makes the writer retry the same batch.
 """
 
 from __future__ import annotations
@@ -15,16 +20,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
-from django_ojs import lifecycle
+from django_ojs import failure, lifecycle
 from django_ojs.worker.messages import Outcome
 
 logger = logging.getLogger("django_ojs.worker")
 
 MAX_BATCH = 500
-#: Attempts to write a batch before giving up on it (the reaper then recovers the jobs).
+#: Attempts to write a batch while the database cannot be reached, before giving up on it
+#: (the reaper then recovers the jobs). A batch the database refuses is split at once.
 MAX_TRIES = 20
+#: Longest database message kept in a ``result_not_storable``/``error_not_storable`` error.
+MAX_REASON_CHARS = 500
+#: Errors of the connection, not of the data: the same write may succeed later.
+_UNREACHABLE = (OperationalError, InterfaceError)
+
+_Item = tuple[Any, ...]
 
 _STOP = object()
 
@@ -81,31 +93,26 @@ class Completer:
     def _write(self, batch: list[tuple[Any, int, Outcome]], stopping: bool) -> None:
         acks = [(job_id, attempt, o.result) for job_id, attempt, o in batch if o.ok]
         fails = [(job_id, attempt, o.error, o.requeue) for job_id, attempt, o in batch if not o.ok]
-        acked: list[Any] | None = None
-        failed: list[Any] | None = None
-        for tries in range(1, MAX_TRIES + 1):
-            try:
-                close_old_connections()
-                if acked is None:
-                    acked = (
-                        lifecycle.ack_many(acks, worker_id=self.worker_id, using=self.using)
-                        if acks
-                        else []
-                    )
-                if failed is None:
-                    failed = (
-                        lifecycle.fail_many(fails, worker_id=self.worker_id, using=self.using)
-                        if fails
-                        else []
-                    )
-                break
-            except Exception:
-                logger.exception("recording %d outcomes failed (try %d)", len(batch), tries)
-                connections.close_all()
-                if stopping and tries >= 3:
-                    break
-                time.sleep(min(0.1 * 2**tries, 2.0))
-        acked, failed = acked or [], failed or []
+        acked: list[Any] = []
+        failed: list[Any] = []
+        # An ack the database refuses is failed instead, naming the cause (result_not_storable).
+        refused = self._record(acks, self._ack, acked, stopping)
+        fails += [
+            (job_id, attempt, failure.result_not_storable(reason), False)
+            for (job_id, attempt, _), reason in refused
+        ]
+        refused = self._record(fails, self._fail, failed, stopping)
+        # A failure whose report is refused is recorded with error_not_storable; if even that
+        # is refused, the job is left to the reaper (its reservation lapses).
+        self._record(
+            [
+                (job_id, attempt, failure.error_not_storable(reason), requeue)
+                for (job_id, attempt, _, requeue), reason in refused
+            ],
+            self._fail,
+            failed,
+            stopping,
+        )
         self.completed += len(acked)
         self.failed += len(failed)
         self.ignored += len(batch) - len(acked) - len(failed)
@@ -126,3 +133,56 @@ class Completer:
                     error.get("message"),
                 )
         self.on_written([job_id for job_id, _, _ in batch])
+
+    def _ack(self, items: list[Any]) -> list[Any]:
+        return lifecycle.ack_many(items, worker_id=self.worker_id, using=self.using)
+
+    def _fail(self, items: list[Any]) -> list[Any]:
+        return lifecycle.fail_many(items, worker_id=self.worker_id, using=self.using)
+
+    def _record(
+        self,
+        items: list[_Item],
+        write: Callable[[list[_Item]], list[Any]],
+        done: list[Any],
+        stopping: bool,
+    ) -> list[tuple[_Item, str]]:
+        """Write ``items``, adding the ids written to ``done``; return those refused.
+
+        A batch the database refuses (a value it cannot store: ``DataError``…, not a lost
+        connection) is split in halves at once, so the other outcomes are written and the
+        refused one is isolated without waiting; each refused item comes back with the
+        reason.
+        """
+        if not items:
+            return []
+        try:
+            done.extend(self._call(write, items, stopping))
+            return []
+        except _UNREACHABLE:
+            return []  # given up after the retries: the reaper recovers these jobs
+        except Exception as exc:
+            if len(items) > 1:
+                half = len(items) // 2
+                return [
+                    *self._record(items[:half], write, done, stopping),
+                    *self._record(items[half:], write, done, stopping),
+                ]
+            logger.exception("the outcome of job %s attempt %s was refused", *items[0][:2])
+            return [(items[0], f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS])]
+
+    def _call(
+        self, write: Callable[[list[_Item]], list[Any]], items: list[_Item], stopping: bool
+    ) -> list[Any]:
+        """``write(items)``, tried again while the database cannot be reached."""
+        for tries in range(1, MAX_TRIES + 1):
+            try:
+                close_old_connections()
+                return write(items)
+            except _UNREACHABLE:
+                logger.exception("recording %d outcomes failed (try %d)", len(items), tries)
+                connections.close_all()
+                if tries == MAX_TRIES or (stopping and tries >= 3):
+                    raise
+                time.sleep(min(0.1 * 2**tries, 2.0))
+        raise AssertionError("unreachable")

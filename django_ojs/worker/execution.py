@@ -11,9 +11,9 @@ import asyncio
 import traceback
 from typing import Any
 
-from django_ojs import validation
+from django_ojs import failure, validation
 from django_ojs.context import JobCancelled, JobContext, JobError
-from django_ojs.exceptions import ValidationError
+from django_ojs.exceptions import NotStorable, ValidationError
 from django_ojs.registry import Handler
 from django_ojs.worker.messages import Outcome
 
@@ -138,16 +138,10 @@ def run(handler: Handler, args: list[Any], ctx: JobContext) -> Outcome:
         return Outcome(False, error=exception_error(exc))
     try:
         result = validation.check_json(result, "result")
+    except NotStorable as exc:
+        return Outcome(False, error=failure.result_not_storable(exc.message))
     except ValidationError as exc:
-        return Outcome(
-            False,
-            error={
-                "code": "handler_error",
-                "type": "invalid_result",
-                "message": f"The handler returned a value that is not JSON-native: {exc.message}",
-                "retryable": False,
-            },
-        )
+        return Outcome(False, error=failure.invalid_result(exc.message))
     return Outcome(True, result=result)
 
 

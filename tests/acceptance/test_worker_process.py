@@ -3,7 +3,8 @@
 Covers the acceptance list of the worker issue: draining by two workers with each job run
 once, ``kill -9`` recovery, SIGTERM/SIGINT/SIGTSTP/SIGCONT, execution timeouts (soft then
 hard, threads and processes), heartbeats against the visibility timeout, stall detection,
-discards by enqueue TTL / total timeout / ``expires_at``, and the pickup latency.
+discards by enqueue TTL / total timeout / ``expires_at``, the pickup latency, and
+outcomes the database cannot store (issue 9).
 
 Written to hold on a loaded machine (``make test-under-load``): a worker is registered
 (its children ready) before jobs whose timers matter are enqueued, conditions are polled
@@ -64,6 +65,32 @@ def test_two_workers_drain_1000_jobs_each_run_exactly_once(processes):
     for process in (a, b):
         process.signal(signal.SIGTERM)
     assert a.wait(60) == 0 and b.wait(60) == 0
+
+
+def test_an_unstorable_outcome_does_not_hold_up_the_others(processes):
+    # Issue 9: one result (or error) the database cannot store used to block the batch
+    # writer for ~35 s, lose the batch's other acks (their jobs ran again) and end as a
+    # visibility_timeout. The reservation here outlives the test, so only prompt writes
+    # can complete the jobs, and each must have run once.
+    worker = processes.worker("--concurrency", "10", OJS_VISIBILITY_TIMEOUT=120)
+    bad_result = django_ojs.enqueue("poison.result", retry={"max_attempts": 3})
+    bad_error = django_ojs.enqueue("poison.error", retry={"max_attempts": 1})
+    good = django_ojs.enqueue_many([{"type": "test.echo", "args": [i]} for i in range(200)])
+    pks = [j.pk for j in good]
+    wait_for(lambda: Job.objects.filter(pk__in=pks, state="completed").count() == 200, worker)
+    stored = Job.objects.filter(pk__in=pks)
+    assert all(j.attempt == 1 and j.result == [j.args[0]] for j in stored)
+    started = Counter(Event.objects.filter(type="job.started").values_list("job_id", flat=True))
+    assert all(started[pk] == 1 for pk in pks)
+    wait_for(in_state(bad_result.pk, "discarded"), worker, timeout=60)
+    wait_for(in_state(bad_error.pk, "discarded"), worker, timeout=60)
+    error = job(bad_result.pk).error
+    assert error["type"] == "result_not_storable" and error["retryable"] is False
+    assert "NUL" in error["message"] and job(bad_result.pk).attempt == 1
+    error = job(bad_error.pk).error
+    assert error["type"] == "ValueError" and error["message"] == "bad byte \ufffd in the input"
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0
 
 
 def test_kill_9_mid_job__the_job_is_recovered_by_another_worker(processes):

@@ -6,6 +6,8 @@ the ORM path, so both paths are checked against each other.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -90,13 +92,6 @@ def test_ack_many__skips_attempts_that_are_no_longer_this_workers(path):
     assert Event.objects.filter(type="job.completed").count() == 1
 
 
-def test_ack_many__refuses_non_json_results_before_writing():
-    (j,) = claim(1)
-    with pytest.raises(ValidationError):
-        lifecycle.ack_many([(j.id, 1, object())], worker_id="w1")
-    assert Job.objects.get(pk=j.id).state == "active"
-
-
 def test_ack_many__needs_a_worker_and_accepts_nothing():
     with pytest.raises(ValueError):
         lifecycle.ack_many([], worker_id="")
@@ -166,3 +161,95 @@ def test_report_progress__emits_an_event_for_active_jobs_only():
     assert Event.objects.filter(type="job.progress").last().data["progress"] == 1.0
     lifecycle.ack(j.id)
     assert lifecycle.report_progress(j.id, 0.5) is False
+
+
+# --------------------------------------------------------------- unstorable outcomes (issue 9)
+
+
+@pytest.mark.parametrize(
+    ("poison", "cause"),
+    [
+        ({"text": "a\u0000b"}, "result.text must not contain the NUL character"),
+        (["\ud800"], "result[0] must not contain an unpaired UTF-16 surrogate"),
+    ],
+)
+def test_ack_many__an_unstorable_result_fails_its_job_alone(path, poison, cause):
+    good = claim(5)
+    (bad,) = claim(1, retry={"max_attempts": 3})
+    items = [(j.id, 1, {"n": i}) for i, j in enumerate(good)]
+    items.insert(2, (bad.id, 1, poison))
+    done = lifecycle.ack_many(items, worker_id="w1")
+    assert sorted(done) == sorted(j.id for j in good)
+    for i, j in enumerate(good):
+        stored = Job.objects.get(pk=j.id)
+        assert stored.state == "completed" and stored.result == {"n": i}
+    stored = Job.objects.get(pk=bad.id)
+    # Not retryable: the handler succeeded, running it again would repeat its effects.
+    assert stored.state == "discarded" and stored.result is None
+    assert stored.error["type"] == stored.error["code"] == "result_not_storable"
+    assert stored.error["retryable"] is False and cause in stored.error["message"]
+    assert Event.objects.filter(job_id=bad.id, type="job.discarded").exists()
+
+
+def test_ack_many__a_non_json_result_fails_its_job_alone():
+    ok, bad = claim(2)
+    assert lifecycle.ack_many([(ok.id, 1, 1), (bad.id, 1, object())], worker_id="w1") == [ok.id]
+    assert Job.objects.get(pk=ok.id).state == "completed"
+    stored = Job.objects.get(pk=bad.id)
+    assert stored.state == "discarded" and stored.error["type"] == "invalid_result"
+
+
+def test_fail_many__unstorable_characters_in_an_error_become_u_fffd():
+    good = claim(3, retry={"max_attempts": 1})
+    (bad,) = claim(1, retry={"max_attempts": 2})
+    error = {
+        "type": "ValueError",
+        "message": "bad byte \u0000 and \ud800 here",
+        "backtrace": ["line \u0000"],
+        "details": {"k\u0000": "v"},
+    }
+    items = [(j.id, 1, f"plain {i}", False) for i, j in enumerate(good)]
+    items.insert(1, (bad.id, 1, error, False))
+    done = lifecycle.fail_many(items, worker_id="w1")
+    assert sorted(done) == sorted(j.id for j in [*good, bad])
+    for i, j in enumerate(good):
+        stored = Job.objects.get(pk=j.id)
+        assert stored.state == "discarded" and stored.error["message"] == f"plain {i}"
+    stored = Job.objects.get(pk=bad.id)
+    # The handler's own error, retried by its policy; only the characters are replaced.
+    assert stored.state == "retryable" and stored.error["type"] == "ValueError"
+    assert stored.error["message"] == "bad byte \ufffd and \ufffd here"
+    assert stored.error["backtrace"] == ["line \ufffd"]
+    assert stored.error["details"] == {"k\ufffd": "v"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outcome_writer__a_result_the_database_refuses_is_isolated(monkeypatch):
+    """Past validation (bypassed here), PostgreSQL refuses the whole statement: the worker's
+    writer splits the batch, writes the others at once and fails the refused one."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite stores a NUL inside JSON text; only PostgreSQL refuses it")
+    from django_ojs.lifecycle import batch
+    from django_ojs.worker import completion
+    from django_ojs.worker.messages import Outcome
+
+    monkeypatch.setattr(batch, "validation", SimpleNamespace(check_json=lambda value, _: value))
+
+    def sleep(seconds):
+        raise AssertionError(f"the writer waited {seconds}s on a refused batch")
+
+    monkeypatch.setattr(completion.time, "sleep", sleep)
+    jobs = claim(40)
+    writer = completion.Completer("w1", using=None, on_written=lambda ids: None)
+    writer.start()
+    for i, j in enumerate(jobs):
+        writer.put(j.id, 1, Outcome(True, result="a\u0000b" if i == 13 else {"n": i}))
+    writer.stop(timeout=60)
+    for i, j in enumerate(jobs):
+        stored = Job.objects.get(pk=j.id)
+        if i != 13:
+            assert stored.state == "completed" and stored.result == {"n": i}
+    bad = Job.objects.get(pk=jobs[13].id)
+    assert bad.state == "discarded" and bad.error["type"] == "result_not_storable"
+    assert "DataError" in bad.error["message"] and bad.error["retryable"] is False
+    assert writer.completed == 39 and writer.failed == 1

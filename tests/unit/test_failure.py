@@ -52,3 +52,20 @@ def test_entry__invalid(error, field):
     with pytest.raises(ValidationError) as info:
         failure.entry(error, attempt=1, now=NOW)
     assert info.value.field == field
+
+
+def test_entry__sanitize_replaces_unstorable_characters_instead_of_refusing():
+    error = {"type": "ValueError", "message": "a\x00b", "backtrace": "x\ud800"}
+    with pytest.raises(ValidationError):
+        failure.entry(error, attempt=1, now=NOW)
+    stored = failure.entry(error, attempt=1, now=NOW, sanitize=True)
+    assert stored["message"] == "a\ufffdb" and stored["backtrace"] == ["x\ufffd"]
+    assert stored["type"] == "ValueError"
+
+
+def test_not_storable_errors():
+    result = failure.result_not_storable("result must not contain the NUL character")
+    assert result["type"] == result["code"] == "result_not_storable"
+    assert result["retryable"] is False and "NUL" in result["message"]
+    error = failure.error_not_storable("DataError: x")
+    assert error["type"] == "error_not_storable" and "retryable" not in error

@@ -8,7 +8,7 @@ import pytest
 
 from django_ojs import validation
 from django_ojs.envelope import build
-from django_ojs.exceptions import ValidationError
+from django_ojs.exceptions import NotStorable, ValidationError
 from django_ojs.retry import parse_duration
 
 
@@ -235,3 +235,19 @@ def test_type_allowed__exact_types_prefix_patterns_and_star():
     assert not type_allowed("email", patterns)
     assert type_allowed("anything", ["*"])
     assert not type_allowed("anything", [])
+
+
+def test_storable_text__replaces_nul_and_lone_surrogates_everywhere():
+    value = ("a\x00", {"k\ud800": ["\udfff", 1, None, {"x": "\U0001f600"}]})
+    assert validation.storable_text(value) == [
+        "a\ufffd",
+        {"k\ufffd": ["\ufffd", 1, None, {"x": "\U0001f600"}]},
+    ]
+    assert validation.storable_text("\x00") == "\ufffd" and validation.storable_text(5) == 5
+    assert validation.check_json(validation.storable_text(value), "v")  # now storable
+
+
+def test_check_text__an_unstorable_string_is_a_not_storable_validation_error():
+    with pytest.raises(NotStorable) as caught:
+        validation.check_json({"a": ["\x00"]}, "result")
+    assert isinstance(caught.value, ValidationError) and caught.value.field == "result.a[0]"
