@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from django_ojs import lifecycle
+from django_ojs import lifecycle, resilience
 from django_ojs.worker.messages import Outcome
 
 logger = logging.getLogger("django_ojs.worker")
@@ -25,6 +25,8 @@ logger = logging.getLogger("django_ojs.worker")
 MAX_BATCH = 500
 #: Attempts to write a batch before giving up on it (the reaper then recovers the jobs).
 MAX_TRIES = 20
+#: Once stopping, how long a write waits for an unavailable database (seconds).
+STOPPING_PATIENCE = 10.0
 
 _STOP = object()
 
@@ -45,6 +47,7 @@ class Completer:
         self.completed = 0
         self.failed = 0
         self.ignored = 0
+        self.outage = resilience.Outage("outcome writer", logger, using=using)
 
     def start(self) -> None:
         self._thread.start()
@@ -78,6 +81,13 @@ class Completer:
         finally:
             connections.close_all()
 
+    def _retrying(self, call: Callable[[], list[Any]], stopping: bool) -> list[Any]:
+        """``call()``, retried for as long as the database is unavailable (not lost: the
+        jobs stay in the heartbeats meanwhile), or up to ``STOPPING_PATIENCE`` once
+        stopping. Other errors are raised, and counted as tries by ``_write``."""
+        patience = STOPPING_PATIENCE if stopping else None
+        return resilience.retry(call, self.outage, give_up_after=patience)
+
     def _write(self, batch: list[tuple[Any, int, Outcome]], stopping: bool) -> None:
         acks = [(job_id, attempt, o.result) for job_id, attempt, o in batch if o.ok]
         fails = [(job_id, attempt, o.error, o.requeue) for job_id, attempt, o in batch if not o.ok]
@@ -88,13 +98,23 @@ class Completer:
                 close_old_connections()
                 if acked is None:
                     acked = (
-                        lifecycle.ack_many(acks, worker_id=self.worker_id, using=self.using)
+                        self._retrying(
+                            lambda: lifecycle.ack_many(
+                                acks, worker_id=self.worker_id, using=self.using
+                            ),
+                            stopping,
+                        )
                         if acks
                         else []
                     )
                 if failed is None:
                     failed = (
-                        lifecycle.fail_many(fails, worker_id=self.worker_id, using=self.using)
+                        self._retrying(
+                            lambda: lifecycle.fail_many(
+                                fails, worker_id=self.worker_id, using=self.using
+                            ),
+                            stopping,
+                        )
                         if fails
                         else []
                     )
