@@ -23,7 +23,7 @@ CONF_DB ?= ojs_conformance
 CONF_PORT ?= 18765
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-sqlite test-postgres test-under-load test-django6 conformance browser-deps lint typecheck check-migrations bench bench-worker db-up clean
+.PHONY: help demo test test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance browser-deps lint typecheck check-migrations bench bench-worker db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -103,6 +103,9 @@ test-under-load: $(VENV)/.installed browser-deps ## Whole suite 3x on SQLite, th
 		done; \
 	done; \
 	echo "== Under load: no run failed"
+
+test-pg-restart: $(VENV)/.installed ## Workers across real PostgreSQL restarts, on a private cluster it starts (by hand; needs initdb/pg_ctl)
+	OJS_TEST_PG_RESTART=1 DATABASE_URL=$(PG_URL) $(PY) -m pytest -m pg_restart tests/acceptance/test_postgresql_restart.py $(PYTEST_ARGS)
 
 test-django6: ## Run the suite on Django 6.x (needs Python 3.12+; skipped with a notice when none is installed)
 	@if [ -z "$(PYTHON_DJ6)" ]; then echo "NOTICE: no Python 3.12+ found: the Django 6.x suite was not run."; exit 0; fi; \

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from django.db import close_old_connections
 from django.utils import timezone
 
-from django_ojs import lifecycle
+from django_ojs import lifecycle, resilience
 from django_ojs.conf import settings
 
 logger = logging.getLogger("django_ojs.reaper")
@@ -105,6 +105,7 @@ def run(
     interval = settings.REAPER_INTERVAL if interval is None else interval
     prune_interval = settings.PRUNE_INTERVAL if prune_interval is None else prune_interval
     stop = stop or threading.Event()
+    outage = resilience.Outage("reaper", logger, using=lifecycle.database(using))
     next_prune = time.monotonic() + min(prune_interval, 5.0)
     logger.info("reaper started (every %.2fs, prune every %.0fs)", interval, prune_interval)
     while not stop.is_set():
@@ -112,9 +113,14 @@ def run(
         do_prune = time.monotonic() >= next_prune
         try:
             result = run_once(prune=do_prune, using=using)
-        except Exception:
+        except Exception as exc:
+            if resilience.is_connection_error(exc):
+                # Logged once per outage; the next pass after a back-off delay.
+                stop.wait(outage.failed(exc))
+                continue
             logger.exception("reaper pass failed; retrying in %.2fs", interval)
         else:
+            outage.succeeded()
             if do_prune:
                 next_prune = time.monotonic() + prune_interval
             if result.moved or any(result.pruned.values()):

@@ -13,6 +13,8 @@ import os
 import time
 from typing import Any
 
+from django.db import connection
+
 import django_ojs
 from django_ojs.context import JobCancelled, JobContext, JobError
 
@@ -143,3 +145,26 @@ async def sleep_async(seconds: float = 1.0) -> dict[str, float]:
     """An ``async def`` handler: cancelled through asyncio at its timeout."""
     await asyncio.sleep(seconds)
     return {"slept": seconds}
+
+
+# --------------------------------------------------------------------------- chaos test
+
+#: Where ``chaos.record`` writes; the chaos test (tests/acceptance) creates and drops it.
+CHAOS_TABLE = "ojs_chaos_start"
+
+
+@django_ojs.handler("chaos.record")
+def chaos_record(ctx: JobContext, duration_ms: int = 0) -> dict[str, int]:
+    """Record this start (job id, attempt, process id), then sleep ``duration_ms``.
+
+    The row commits at once (autocommit), so a start is recorded even when the worker is
+    killed right after: the chaos test explains every second start of a job by a kill.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO ojs_chaos_start (job_id, attempt, pid) VALUES (%s, %s, %s)",
+            [ctx.job_id, ctx.attempt, os.getpid()],
+        )
+    if ctx.cancelled.wait(duration_ms / 1000):
+        raise JobCancelled(ctx.cancel_reason or "cancelled")
+    return {"pid": os.getpid()}

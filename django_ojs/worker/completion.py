@@ -16,25 +16,21 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, close_old_connections, connections
+from django.db import close_old_connections, connections
 
-from django_ojs import failure, lifecycle
+from django_ojs import failure, lifecycle, resilience
 from django_ojs.worker.messages import Outcome
 
 logger = logging.getLogger("django_ojs.worker")
 
 MAX_BATCH = 500
-#: Attempts to write a batch while the database cannot be reached, before giving up on it
-#: (the reaper then recovers the jobs). A batch the database refuses is split at once.
-MAX_TRIES = 20
 #: Longest database message kept in a ``result_not_storable``/``error_not_storable`` error.
 MAX_REASON_CHARS = 500
-#: Errors of the connection, not of the data: the same write may succeed later.
-_UNREACHABLE = (OperationalError, InterfaceError)
+#: Once stopping, how long a write waits for an unavailable database (seconds).
+STOPPING_PATIENCE = 10.0
 
 _Item = tuple[Any, ...]
 
@@ -57,6 +53,7 @@ class Completer:
         self.completed = 0
         self.failed = 0
         self.ignored = 0
+        self.outage = resilience.Outage("outcome writer", logger, using=using)
 
     def start(self) -> None:
         self._thread.start()
@@ -89,6 +86,13 @@ class Completer:
                 self._write(batch, stopping)
         finally:
             connections.close_all()
+
+    def _retrying(self, call: Callable[[], list[Any]], stopping: bool) -> list[Any]:
+        """``call()``, retried for as long as the database is unavailable (not lost: the
+        jobs stay in the heartbeats meanwhile), or up to ``STOPPING_PATIENCE`` once
+        stopping. Other errors are raised, and counted as tries by ``_write``."""
+        patience = STOPPING_PATIENCE if stopping else None
+        return resilience.retry(call, self.outage, give_up_after=patience)
 
     def _write(self, batch: list[tuple[Any, int, Outcome]], stopping: bool) -> None:
         acks = [(job_id, attempt, o.result) for job_id, attempt, o in batch if o.ok]
@@ -159,8 +163,8 @@ class Completer:
         try:
             done.extend(self._call(write, items, stopping))
             return []
-        except _UNREACHABLE:
-            return []  # given up after the retries: the reaper recovers these jobs
+        except resilience.CONNECTION_ERRORS:
+            return []  # given up while stopping: the reaper recovers these jobs
         except Exception as exc:
             if len(items) > 1:
                 half = len(items) // 2
@@ -175,14 +179,5 @@ class Completer:
         self, write: Callable[[list[_Item]], list[Any]], items: list[_Item], stopping: bool
     ) -> list[Any]:
         """``write(items)``, tried again while the database cannot be reached."""
-        for tries in range(1, MAX_TRIES + 1):
-            try:
-                close_old_connections()
-                return write(items)
-            except _UNREACHABLE:
-                logger.exception("recording %d outcomes failed (try %d)", len(items), tries)
-                connections.close_all()
-                if tries == MAX_TRIES or (stopping and tries >= 3):
-                    raise
-                time.sleep(min(0.1 * 2**tries, 2.0))
-        raise AssertionError("unreachable")
+        close_old_connections()
+        return self._retrying(lambda: write(items), stopping)

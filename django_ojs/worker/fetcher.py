@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from django.db import connections
 
-from django_ojs import lifecycle
+from django_ojs import lifecycle, resilience
 from django_ojs.policy import Durations, configured, effective
 from django_ojs.registry import Registry
 from django_ojs.worker import attempt as attempts
@@ -83,6 +83,7 @@ class Fetcher:
         self.progress = progress
         self.using = using
         self.min_batch = max(1, concurrency // 4)
+        self.outage = resilience.Outage("fetcher", logger, using=using)
 
     def run(self, listener: Listener) -> None:
         """Fetch and submit until the worker terminates."""
@@ -105,11 +106,16 @@ class Fetcher:
                     fields=FETCH_FIELDS,
                     using=self.using,
                 )
-            except Exception:
-                logger.exception("fetch failed; retrying in %.1fs", self.poll_interval)
-                connections[self.using].close()
-                self.wakeup.wait(self.poll_interval)
+            except Exception as exc:
+                if resilience.is_connection_error(exc):
+                    # Logged once per outage; back off (the listener may be gone too).
+                    self.pause(self.outage.failed(exc))
+                else:
+                    logger.exception("fetch failed; retrying in %.1fs", self.poll_interval)
+                    connections[self.using].close()
+                    self.wakeup.wait(self.poll_interval)
                 continue
+            self.outage.succeeded()
             if jobs:
                 # Configured defaults read once per batch (Django settings are slow to read).
                 self.submit(jobs, configured())
@@ -117,6 +123,17 @@ class Fetcher:
                 # The queues are empty for now: sleep until a push is notified
                 # (PostgreSQL LISTEN) or the poll interval passes.
                 listener.wait(self.poll_interval)
+
+    def pause(self, seconds: float) -> None:
+        """Sleep ``seconds`` unless the worker terminates: returning handlers do not cut
+        a back-off short."""
+        deadline = time.monotonic() + seconds
+        while self.state() != TERMINATE:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.wakeup.clear()
+            self.wakeup.wait(left)
 
     def gather_slots(self, free: int) -> int:
         """A busy worker waits a moment for more free slots, so that one fetch claims a

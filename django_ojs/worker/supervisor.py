@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_ojs import lifecycle
+from django_ojs import lifecycle, resilience
 from django_ojs.worker import execution
 from django_ojs.worker.attempt import Attempt
 from django_ojs.worker.inflight import InFlight
@@ -60,6 +60,8 @@ class Supervisor:
         self.using = using
         self.last_beat = time.monotonic()
         self._beat_lock = threading.Lock()
+        self.outage = resilience.Outage("heartbeat", logger, using=using)
+        self.progress_outage = resilience.Outage("progress", logger, using=using)
 
     def run(self, stop: threading.Event) -> None:
         """Tick until ``stop`` is set (the supervisor thread's target)."""
@@ -122,11 +124,17 @@ class Supervisor:
                 reply = lifecycle.beat(
                     self.worker_id, active_job_ids=held, state=self.state(), using=self.using
                 )
-            except Exception:
+            except Exception as exc:
                 # Worker protocol §4.6: keep going in the current state, retry next time.
-                logger.warning("heartbeat failed", exc_info=True)
-                connections[self.using].close()
+                if resilience.is_connection_error(exc):
+                    # Sooner than the next interval while the back-off delay is short.
+                    delay = min(self.outage.failed(exc), self.heartbeat_interval)
+                    self.last_beat = time.monotonic() - self.heartbeat_interval + delay
+                else:
+                    logger.warning("heartbeat failed", exc_info=True)
+                    connections[self.using].close()
                 return
+            self.outage.succeeded()
         cancelled = {uuid.UUID(job_id) for job_id in reply.cancelled_jobs}
         extended = {uuid.UUID(job_id) for job_id in reply.jobs_extended}
         for job_id in running:
@@ -159,8 +167,15 @@ class Supervisor:
         return not attempt.ctx.is_cancelled
 
     def progress(self, job_id: Any, value: float, message: str | None, data: Any) -> None:
-        """A handler reported progress (``ctx.progress()``)."""
-        lifecycle.report_progress(
-            job_id, value, message=message, data=data, worker_id=self.worker_id, using=self.using
-        )
+        """A handler reported progress (``ctx.progress()``). Progress is best effort: it
+        is dropped, not raised into the handler, while the database is unavailable."""
+        try:
+            lifecycle.report_progress(
+                job_id, value, message=message, data=data, worker_id=self.worker_id,
+                using=self.using,
+            )  # fmt: skip
+        except resilience.CONNECTION_ERRORS as exc:
+            self.progress_outage.failed(exc)
+            return
+        self.progress_outage.succeeded()
         self.handler_beat()  # timeouts §9.3: progress resets the stall clock

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.db import DataError, OperationalError
 
+from django_ojs import resilience
 from django_ojs.worker import completion
 from django_ojs.worker.messages import Outcome
 
@@ -66,7 +67,7 @@ def no_sleep(monkeypatch):
     def sleep(seconds: float) -> None:
         raise AssertionError(f"the writer slept {seconds}s")
 
-    monkeypatch.setattr(completion.time, "sleep", sleep)
+    monkeypatch.setattr(resilience.time, "sleep", sleep)  # the back-off sleeps there
 
 
 def write(outcomes: list[tuple[Any, int, Outcome]]) -> tuple[completion.Completer, list[Any]]:
@@ -107,7 +108,7 @@ def test_a_refused_failure_is_recorded_as_error_not_storable(fake, no_sleep):
 
 
 def test_a_lost_connection_retries_the_whole_batch(fake, monkeypatch):
-    monkeypatch.setattr(completion.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(resilience.time, "sleep", lambda seconds: None)
     lc = fake(set(), unreachable=2)
     completer, _ = write([(f"j{i}", 1, Outcome(True, result=i)) for i in range(10)])
     assert lc.acked == {f"j{i}": i for i in range(10)}
