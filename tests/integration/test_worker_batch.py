@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import django_ojs
-from django_ojs import lifecycle, signals
+from django_ojs import lifecycle, resilience, signals
 from django_ojs.exceptions import ValidationError
 from django_ojs.models import Event, Job
 
@@ -238,7 +238,7 @@ def test_outcome_writer__a_result_the_database_refuses_is_isolated(monkeypatch):
     def sleep(seconds):
         raise AssertionError(f"the writer waited {seconds}s on a refused batch")
 
-    monkeypatch.setattr(completion.time, "sleep", sleep)
+    monkeypatch.setattr(resilience.time, "sleep", sleep)  # the back-off sleeps there
     jobs = claim(40)
     writer = completion.Completer("w1", using=None, on_written=lambda ids: None)
     writer.start()
