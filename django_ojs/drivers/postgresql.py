@@ -145,10 +145,21 @@ WITH input AS (
     WHERE j.id = input.id AND j.state = 'active'
       AND (input.attempt IS NULL OR j.attempt = input.attempt)
       AND (%(worker_id)s::text IS NULL OR j.worker_id IS NULL OR j.worker_id = %(worker_id)s)
-    RETURNING j.*
+    RETURNING {returning}
 ){events}
 SELECT {columns} FROM done AS c{join}
 """
+# What the job.completed events read from the completed rows.
+_COMPLETE_EVENT_COLUMNS = (
+    "id",
+    "type",
+    "queue",
+    "state",
+    "attempt",
+    "started_at",
+    "meta",
+    "result",
+)
 COMPLETE_EVENTS = _event_select(
     "'job.completed'",
     """jsonb_build_object('attempt', attempt)
@@ -226,13 +237,15 @@ TRY_LOCK_SQL = "SELECT pg_try_advisory_xact_lock(hashtext(%s))"
 LISTEN_SQL = "LISTEN " + CHANNEL
 
 
-def _statement(template: str, events_cte: str, fields: list[Any], events: EventMode) -> str:
+def _statement(
+    template: str, events_cte: str, fields: list[Any], events: EventMode, **extra: str
+) -> str:
     columns = ", ".join(f'c."{f.column}"' for f in fields)
     join = ""
     if events.returned:
         columns += ", " + ", ".join(f"e.{c}" for c in EVENT_COLUMNS)
         join = " LEFT JOIN ev AS e ON e.job_id = c.id"
-    return template.format(events=events_cte, columns=columns, join=join)
+    return template.format(events=events_cte, columns=columns, join=join, **extra)
 
 
 class PostgreSQLDriver(OrmDriver):
@@ -289,9 +302,13 @@ class PostgreSQLDriver(OrmDriver):
             "source": source,
         }
         model_fields = _model_fields(fields)
+        # Only the columns asked for and those the events read: a worker's batch asks for
+        # ids, and carrying whole rows (args, meta, errors…) through the CTE costs.
+        wanted = dict.fromkeys([*(f.column for f in model_fields), *_COMPLETE_EVENT_COLUMNS])
         sql = _statement(
-            COMPLETE_SQL, _events_cte("ev", COMPLETE_EVENTS, events), model_fields, events
-        )
+            COMPLETE_SQL, _events_cte("ev", COMPLETE_EVENTS, events), model_fields, events,
+            returning=", ".join(f'j."{column}"' for column in wanted),
+        )  # fmt: skip
         return self._load(sql, params, model_fields, events)
 
     def _load(
