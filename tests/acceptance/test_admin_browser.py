@@ -78,6 +78,26 @@ def browser() -> Iterator[object]:
             driver.quit()
 
 
+def replaced(page) -> bool:
+    """Whether ``page`` (a page's ``html`` element) has left the document.
+
+    Chromedriver usually says so with ``StaleElementReferenceException``; while the next
+    page is being committed it may instead answer "Node with given id does not belong to
+    the document" (an inspector error), which means the same thing.
+    """
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        page.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
+
+
 class Console:
     """The admin as an operator sees it: visit pages, pick actions, confirm, read messages."""
 
@@ -99,12 +119,11 @@ class Console:
 
     def navigate(self, element) -> None:
         """Click ``element`` and wait until the next page has replaced this one."""
-        from selenium.webdriver.support import expected_conditions
         from selenium.webdriver.support.ui import WebDriverWait
 
         page = self.find("html")
         element.click()
-        WebDriverWait(self.driver, 30).until(expected_conditions.staleness_of(page))
+        WebDriverWait(self.driver, 30).until(lambda driver: replaced(page))
 
     def click_link(self, text: str) -> None:
         from selenium.webdriver.common.by import By
