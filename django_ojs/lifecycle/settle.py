@@ -21,7 +21,6 @@ from django_ojs.exceptions import InvalidTransition, JobNotFound, ValidationErro
 from django_ojs.lifecycle import audit, events
 from django_ojs.lifecycle.store import (
     RELEASE,
-    attempt_duration_ms,
     cas,
     db,
     locked,
@@ -31,7 +30,7 @@ from django_ojs.lifecycle.store import (
     trim_history,
 )
 from django_ojs.models import Job
-from django_ojs.policy import effective, ms_delta, retry_policy
+from django_ojs.policy import effective, elapsed_ms, ms_delta, retry_policy
 from django_ojs.states import JobState
 from django_ojs.validation import validate_worker_id
 
@@ -178,7 +177,7 @@ def settle_failure(
             {
                 "attempt": job.attempt,
                 "error": short,
-                "duration_ms": attempt_duration_ms(job, now),
+                "duration_ms": elapsed_ms(job.started_at, now),
             },
         )
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from django.db.models import F
@@ -17,15 +16,9 @@ from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import InvalidTransition, JobNotFound, ReservationMismatch
 from django_ojs.models import Job
-from django_ojs.policy import elapsed_ms
 
 #: The fields that end a reservation, written when an attempt settles.
 RELEASE: dict[str, Any] = dict.fromkeys(states.RELEASED_FIELDS)
-
-
-def attempt_duration_ms(job: Job, now: datetime) -> int | None:
-    """How long the current attempt has run (``None`` if it never started)."""
-    return elapsed_ms(job.started_at, now)
 
 
 def db(using: str | None) -> str:

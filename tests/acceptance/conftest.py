@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,17 +128,39 @@ def processes(tmp_path) -> Iterator[Any]:
         print(f"--- {' '.join(process.args)} (pid {process.pid}) ---\n{process.output()[-4000:]}")
 
 
-def wait_for(predicate: Any, process: Process | None = None, timeout: float = 60.0) -> Any:
-    """Poll ``predicate`` until truthy; fail early if ``process`` exited."""
+def wait_for(
+    predicate: Any,
+    process: Process | Sequence[Process] | Callable[[], Sequence[Process]] | None = None,
+    timeout: float = 60.0,
+    *,
+    tolerate: tuple[type[BaseException], ...] = (),
+) -> Any:
+    """Poll ``predicate`` until truthy; fail early if a watched process exited.
+
+    ``process`` is one process, several, or a callable giving the current ones (workers
+    replaced during a test). Exceptions in ``tolerate`` raised by ``predicate`` count as
+    "not yet" (a database that is restarting).
+    """
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except tolerate:
+            value = None
         if value:
             return value
-        if process is not None and process.returncode is not None:
-            raise AssertionError(
-                f"{process.args[0]} exited with {process.returncode}:\n{process.output()[-3000:]}"
-            )
+        if process is None:
+            watched: Sequence[Process] = ()
+        elif isinstance(process, Process):
+            watched = (process,)
+        else:
+            watched = process() if callable(process) else process
+        for proc in watched:
+            if proc.returncode is not None:
+                raise AssertionError(
+                    f"{proc.args[0]} (pid {proc.pid}) exited with {proc.returncode}:\n"
+                    f"{proc.output()[-3000:]}"
+                )
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(0.02)

@@ -19,8 +19,7 @@ import random
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from django.db import connection
@@ -29,7 +28,7 @@ from django.utils import timezone
 import django_ojs
 from django_ojs.drivers.postgresql import LISTEN_SQL
 from django_ojs.models import Job, Worker
-from tests.acceptance.conftest import Process
+from tests.acceptance.conftest import Process, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.postgresql]
 
@@ -60,28 +59,6 @@ def listener_pids() -> set[int]:
         return {pid for (pid,) in cursor.fetchall()}
 
 
-def wait_alive(
-    predicate: Callable[[], Any],
-    processes: Callable[[], Sequence[Process]],
-    timeout: float,
-) -> Any:
-    """Poll ``predicate`` until truthy; fail at once if any of ``processes()`` exited."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        for process in processes():
-            if process.returncode is not None:
-                raise AssertionError(
-                    f"worker {process.pid} exited with {process.returncode}:\n"
-                    f"{process.output()[-3000:]}"
-                )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.05)
-
-
 def cut_connections(workers: list[Process]) -> None:
     """Terminate every worker connection, then wait until each worker is back: it beat
     again (supervisor) and LISTENs on a new connection (listener)."""
@@ -96,7 +73,7 @@ def cut_connections(workers: list[Process]) -> None:
         ).count()
         return beaten == len(workers) and len(listener_pids() - before) >= len(workers)
 
-    wait_alive(back, lambda: workers, timeout=60)
+    wait_for(back, lambda: workers, timeout=60)
 
 
 def count(state: str) -> int:
@@ -121,7 +98,7 @@ def test_idle_workers_survive_lost_connections_and_run_later_jobs(processes):
     for _ in range(2):
         cut_connections(workers)
     jobs = django_ojs.enqueue_many([{"type": "test.noop"} for _ in range(200)])
-    wait_alive(lambda: count("completed") == len(jobs), lambda: workers, timeout=120)
+    wait_for(lambda: count("completed") == len(jobs), lambda: workers, timeout=120)
     assert all(process.returncode is None for process in workers)
     for process in workers:
         assert_outage_logged(process)
@@ -135,9 +112,9 @@ def test_busy_workers_survive_lost_connections_and_lose_no_job(processes):
         [{"type": "test.slow", "args": [{"duration_ms": 100}]} for _ in range(500)]
     )
     for threshold in (100, 300):
-        wait_alive(lambda t=threshold: count("completed") >= t, lambda: workers, timeout=120)
+        wait_for(lambda t=threshold: count("completed") >= t, lambda: workers, timeout=120)
         cut_connections(workers)
-    wait_alive(lambda: count("completed") == len(jobs), lambda: workers, timeout=180)
+    wait_for(lambda: count("completed") == len(jobs), lambda: workers, timeout=180)
     assert set(Job.objects.values_list("state", flat=True)) == {"completed"}
     assert all(process.returncode is None for process in workers)
     for process in workers:
@@ -190,13 +167,13 @@ def test_chaos_kill_9_random_workers_loses_no_job(processes, chaos_table):
         ]
     )
     for tenth in range(1, KILLS + 1):
-        wait_alive(lambda t=tenth: count("completed") >= JOBS * t // 10, lambda: live, 180)
+        wait_for(lambda t=tenth: count("completed") >= JOBS * t // 10, lambda: live, 180)
         victim = live.pop(rng.randrange(len(live)))
         victim.popen.kill()  # SIGKILL: no clean-up at all
         victim.wait(30)
         killed.add(victim.pid)
         live.append(processes.worker("--concurrency", "8", **TIMERS))
-    wait_alive(lambda: count("completed") == JOBS, lambda: live, timeout=240)
+    wait_for(lambda: count("completed") == JOBS, lambda: live, timeout=240)
 
     # Nothing lost: every job completed, and ran at least once.
     assert set(Job.objects.values_list("state", flat=True)) == {"completed"}

@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.acceptance.conftest import FAST_TIMERS, ROOT, Process
+from tests.acceptance.conftest import FAST_TIMERS, ROOT, Process, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -130,22 +129,7 @@ def environment(url: str, **timers: Any) -> dict[str, str]:
 def wait(predicate: Callable[[], Any], workers: list[Process], timeout: float = 120) -> None:
     """Poll until ``predicate()`` holds; fail at once if a worker exited. Connection
     errors count as "not yet" (the server may be restarting)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if predicate():
-                return
-        except psycopg.OperationalError:
-            pass
-        for process in workers:
-            if process.returncode is not None:
-                raise AssertionError(
-                    f"worker {process.pid} exited with {process.returncode}:\n"
-                    f"{process.output()[-3000:]}"
-                )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.05)
+    wait_for(predicate, workers, timeout, tolerate=(psycopg.OperationalError,))
 
 
 def enqueue(url: str, count: int, job: dict[str, Any]) -> None:
