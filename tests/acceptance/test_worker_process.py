@@ -20,7 +20,6 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 import django_ojs
 from django_ojs.models import Event, Job
@@ -283,7 +282,9 @@ def test_pickup_of_an_idle_worker_is_set_by_notifications_on_postgresql(processe
         j = django_ojs.enqueue("test.noop")
         wait_for(in_state(j.pk, "completed"), worker, timeout=60)
         stored = job(j.pk)
+        assert stored.attempt == 1  # picked up once, by the notification's fetch
         latencies.append((stored.started_at - stored.enqueued_at).total_seconds() * 1000)
-    assert statistics.median(latencies) < 250, latencies
-    assert timezone.now()  # the worker is still serving
-    assert worker.returncode is None
+    # Below 1 s: less than half of what polling every 5 s gives (median ≈ 2.5 s), with
+    # room for a shared CI machine.
+    assert statistics.median(latencies) < 1000, latencies
+    assert worker.returncode is None  # the worker is still serving
