@@ -18,12 +18,14 @@ LOAD_BURNERS ?= 2
 LOAD_RUNS ?= 3
 LOAD_DATABASES ?= sqlite postgresql
 LOAD_PYTEST_ARGS ?= -x
+# make test: how many of its suites run at the same time.
+TEST_JOBS ?= 4
 # OJS conformance run: its own databases (CONF_DB and CONF_DB_l24) and ports (CONF_PORT, +1).
 CONF_DB ?= ojs_conformance
 CONF_PORT ?= 18765
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance browser-deps lint typecheck check-migrations bench bench-worker db-up clean
+.PHONY: help demo test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance browser-deps lint typecheck check-migrations bench bench-worker db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -128,7 +130,13 @@ conformance: $(VENV)/.installed ## OJS conformance suites against the example pr
 		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the conformance suites were NOT run (CI=true makes this an error)." >&2; \
 	fi
 
-test: lint check-migrations browser-deps test-sqlite test-postgres test-django6 conformance ## Everything CI runs: lint, migrations check, SQLite, PostgreSQL, Django 6.x, OJS conformance
+test: lint check-migrations browser-deps ## Everything CI runs: lint, migrations check, then SQLite, PostgreSQL, Django 6.x and OJS conformance side by side
+	@# The four suites use separate databases (and ports), so they run at the same time
+	@# (TEST_JOBS of them; TEST_JOBS=1 runs them one after the other). Each suite's output
+	@# is printed in one piece when it ends; the first failure fails the target.
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-suites
+
+test-suites: test-sqlite test-postgres test-django6 conformance
 
 bench: $(VENV)/.installed ## Run the benchmarks on PostgreSQL (by hand; see docs/explanation/performance.md)
 	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench $(PY) bench/enqueue.py
