@@ -25,7 +25,7 @@ CONF_DB ?= ojs_conformance
 CONF_PORT ?= 18765
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance browser-deps lint typecheck check-migrations bench bench-worker db-up clean
+.PHONY: help demo docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance browser-deps lint typecheck check-migrations bench bench-worker db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -48,6 +48,12 @@ demo: $(VENV)/.installed ## Run the example project (SQLite) at http://127.0.0.1
 	$(PY) manage.py demo_producer & producer=$$!; \
 	trap 'kill -TERM $$producer $$worker 2>/dev/null; wait $$producer $$worker' EXIT; \
 	$(PY) manage.py runserver 127.0.0.1:$(DEMO_PORT)
+
+docs: $(VENV)/.installed ## Build the documentation site into site/ (MkDocs, strict: broken links and missing pages fail)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: $(VENV)/.installed ## Serve the documentation site at http://127.0.0.1:8001/ with live reload
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8001
 
 lint: $(VENV)/.installed ## ruff check and format check, then mypy (make typecheck)
 	$(VENV)/bin/ruff check .
@@ -130,7 +136,7 @@ conformance: $(VENV)/.installed ## OJS conformance suites against the example pr
 		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the conformance suites were NOT run (CI=true makes this an error)." >&2; \
 	fi
 
-test: lint check-migrations browser-deps ## Everything CI runs: lint, migrations check, then SQLite, PostgreSQL, Django 6.x and OJS conformance side by side
+test: lint check-migrations docs browser-deps ## Everything CI runs: lint, migrations check, then SQLite, PostgreSQL, Django 6.x and OJS conformance side by side
 	@# The four suites use separate databases (and ports), so they run at the same time
 	@# (TEST_JOBS of them; TEST_JOBS=1 runs them one after the other). Each suite's output
 	@# is printed in one piece when it ends; the first failure fails the target.
