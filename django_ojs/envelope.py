@@ -17,6 +17,9 @@ from typing import Any
 
 from django_ojs.exceptions import EnvelopeTooLarge, ValidationError
 from django_ojs.retry import RetryPolicy, parse_duration
+from django_ojs.unique import UniquePolicy
+from django_ojs.unique import key as unique_key
+from django_ojs.unique import policy as unique_policy
 from django_ojs.validation import (
     SCHEMA_MAX_LENGTH,
     check_json,
@@ -84,6 +87,9 @@ class JobSpec:
     unique: dict[str, Any] | None = None
     schema: str | None = None
     tags: list[str] = field(default_factory=list)
+    #: Set by validation from ``unique``: the policy and the job's key (unique-jobs §4).
+    unique_policy: UniquePolicy | None = None
+    unique_key: str | None = None
     timeout_ms: int | None = None
     visibility_timeout_ms: int | None = None
     total_timeout_ms: int | None = None
@@ -171,11 +177,19 @@ def _validate_type(value: Any) -> str:
     return value
 
 
+#: Named priority levels (OJS core §5.2.4, RECOMMENDED): aliases of numbers, any case.
+PRIORITY_NAMES = {"high": 10, "normal": 0, "low": -10}
+
+
 def _validate_priority(value: Any) -> int:
     if value is None:
         return 0
+    if isinstance(value, str) and value.lower() in PRIORITY_NAMES:
+        return PRIORITY_NAMES[value.lower()]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError("priority must be an integer", field="priority")
+        raise ValidationError(
+            "priority must be an integer or one of high, normal, low", field="priority"
+        )
     lo, hi = PRIORITY_RANGE
     if not lo <= value <= hi:
         raise ValidationError(f"priority must be between {lo} and {hi}", field="priority")
@@ -208,6 +222,12 @@ def _validate_schema(value: Any) -> str | None:
 
 
 def _finish(spec: JobSpec, max_bytes: int) -> JobSpec:
+    if spec.unique is not None:
+        rule = unique_policy(spec.unique, spec.args, spec.meta)
+        spec.unique, spec.unique_policy = rule.to_wire(), rule
+        spec.unique_key = unique_key(
+            rule, type=spec.type, queue=spec.queue, args=spec.args, meta=spec.meta
+        )
     if (
         spec.timeout_ms is not None
         and spec.total_timeout_ms is not None

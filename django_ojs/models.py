@@ -78,6 +78,8 @@ class Job(models.Model):
     #: The retry policy as sent (normalised, ISO durations); ``None`` means the default.
     retry = models.JSONField(null=True, blank=True)
     unique = models.JSONField(null=True, blank=True)
+    #: The unique policy's key (unique-jobs §4, SHA-256 hex); NULL without a policy.
+    unique_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL = no policy
     schema = models.CharField(max_length=512, null=True, blank=True)  # noqa: DJ001 - absent ≠ ""
     tags = models.JSONField(default=list, blank=True)
     #: Unknown client attributes, preserved and returned (core §5.5.4).
@@ -133,6 +135,8 @@ class Job(models.Model):
     re_enqueued_at: datetime
     #: The delay ``fail`` chose for a retryable job, ``None`` when it did not retry.
     retry_delay_ms: int | None
+    #: Set by a push whose unique policy said ``ignore``: this is the existing job.
+    deduplicated: bool
 
     class Meta:
         db_table = "ojs_job"
@@ -165,6 +169,12 @@ class Job(models.Model):
                 & Q(state__in=["scheduled", "available", "pending", "retryable"]),
             ),
             models.Index(fields=["state", "queue"], name="ojs_job_state_queue_idx"),
+            # Unique jobs: the conflict lookup of a push (key, newest first).
+            models.Index(
+                fields=["unique_key", "-created_at"],
+                name="ojs_job_unique_idx",
+                condition=Q(unique_key__isnull=False),
+            ),
             models.Index(fields=["type"], name="ojs_job_type_idx"),
             models.Index(fields=["state", "completed_at"], name="ojs_job_finished_idx"),
         ]

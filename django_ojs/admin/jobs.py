@@ -231,7 +231,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         ("Events", {"fields": ("events_timeline",)}),
         ("Worker", {"fields": ("worker_link", "heartbeat_at", "visible_until", "timeout_at")}),
         ("Policy", {"classes": ("collapse",),
-                    "fields": ("retry_json", "unique_json", "timeouts", "extra_json")}),
+                    "fields": ("retry_json", "unique_json", "unique_key", "timeouts", "extra_json")}),
     )  # fmt: skip
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:

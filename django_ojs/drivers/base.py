@@ -251,6 +251,16 @@ class Driver(ABC):
         """Insert event rows in the caller's transaction."""
 
     @abstractmethod
+    def lock_keys(self, keys: Sequence[str]) -> None:
+        """Wait for exclusive locks on ``keys`` (unique-job keys) until the transaction ends.
+
+        Concurrent pushes of the same key run one after the other, so each sees the jobs
+        the previous one committed. PostgreSQL: transaction-scoped advisory locks taken in
+        sorted order (no deadlock between batches); SQLite: the IMMEDIATE transaction
+        already holds the single write lock. Call inside a transaction.
+        """
+
+    @abstractmethod
     def try_lock(self, name: str) -> bool:
         """Try to take a lock named ``name`` until the current transaction ends.
 

@@ -30,7 +30,7 @@ RELEASED: dict[str, Any] = dict.fromkeys(RELEASED_FIELDS)
 
 
 class OrmDriver(Driver):
-    """The ORM half of a driver; subclasses add ``claim``, ``try_lock`` and ``listener``."""
+    """The ORM half of a driver; subclasses add ``claim``, ``lock_keys``, ``try_lock`` and ``listener``."""
 
     def promote_due(
         self, *, now: datetime, queues: Sequence[str] | None, wait: bool, limit: int

@@ -232,6 +232,12 @@ PUSH_EVENTS_RETURNING_SQL = _PUSHED_CTE + "{events}\nSELECT * FROM ev"
 # Why raw SQL: advisory locks have no ORM equivalent. The transaction-scoped variant is
 # released at COMMIT/ROLLBACK, so a reaper that dies can never keep the leadership.
 TRY_LOCK_SQL = "SELECT pg_try_advisory_xact_lock(hashtext(%s))"
+# Why raw SQL: advisory locks have no ORM equivalent. 64-bit hashes of the keys, locked in
+# the order given (sorted by the caller), until the transaction ends.
+LOCK_KEYS_SQL = (
+    "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0)))"
+    " FROM unnest(%s::text[]) WITH ORDINALITY AS t(k, n)"
+)
 
 # Why raw SQL: LISTEN has no ORM equivalent.
 LISTEN_SQL = "LISTEN " + CHANNEL
@@ -382,6 +388,12 @@ class PostgreSQLDriver(OrmDriver):
             cursor.execute(
                 AFTER_PUSH_SQL, {"queues": sorted(queues), "available": sorted(available)}
             )
+
+    def lock_keys(self, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(LOCK_KEYS_SQL, [sorted(set(keys))])
 
     def try_lock(self, name: str) -> bool:
         with connections[self.using].cursor() as cursor:

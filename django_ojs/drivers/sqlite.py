@@ -89,6 +89,11 @@ class SQLiteDriver(OrmDriver):
                 self.insert_events(rows)
         return Written(claimed, rows if events.returned else [])
 
+    def lock_keys(self, keys: Sequence[str]) -> None:
+        # An IMMEDIATE transaction already holds SQLite's single write lock: pushes of the
+        # same key (of any key) cannot interleave.
+        return None
+
     def try_lock(self, name: str) -> bool:
         # An IMMEDIATE transaction already holds SQLite's single write lock.
         return True

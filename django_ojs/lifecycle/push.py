@@ -21,6 +21,7 @@ from django_ojs.drivers import EventMode, enqueue_event, get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import DuplicateJob, ValidationError
 from django_ojs.lifecycle import events
+from django_ojs.lifecycle.settle import cancel
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job
 from django_ojs.policy import default_retry_policy, ms_delta
@@ -61,6 +62,7 @@ def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
         "max_attempts": policy.max_attempts if policy else default_max_attempts,
         "retry": policy.to_wire() if policy else None,
         "unique": spec.unique,
+        "unique_key": spec.unique_key,
         "schema": spec.schema,
         "tags": spec.tags,
         "extra": spec.extra,
@@ -111,6 +113,8 @@ def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job
     given = [row.id for row, spec in zip(rows, specs, strict=False) if spec.id is not None]
     driver = get_driver(using)
     mode = events.mode()
+    if any(spec.unique_policy is not None for spec in specs):
+        return _push_unique(specs, rows, given, now, using)
     if len(rows) == 1 and not given:
         # One atomic statement on PostgreSQL: no transaction of our own (a savepoint
         # inside the caller's transaction would add two round trips to the hot path).
@@ -134,6 +138,100 @@ def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job
             )
     events.signal(written, using)
     return _saved(rows, using)
+
+
+def _push_unique(
+    specs: list[JobSpec], rows: list[Job], given: list[Any], now: datetime, using: str
+) -> list[Job]:
+    """Push jobs of which some carry a unique policy (unique-jobs §5), all or none.
+
+    The keys are locked first (:meth:`Driver.lock_keys`), so two pushes of one key run one
+    after the other and the second sees the first's job: one job per key in the guarded
+    states whatever the concurrency, also with several processes. The lock lasts until
+    the caller's transaction ends.
+    """
+    driver = get_driver(using)
+    with transaction.atomic(using=using):
+        driver.lock_keys([spec.unique_key for spec in specs if spec.unique_key])
+        if given:
+            _refuse_duplicates(given, using)
+        results: list[Job] = []
+        inserts: list[Job] = []
+        pending: dict[str, Job] = {}  # key -> the job of this batch that holds it
+        for index, (spec, row) in enumerate(zip(specs, rows, strict=True)):
+            rule, key = spec.unique_policy, spec.unique_key
+            if rule is None or key is None:
+                inserts.append(row)
+                results.append(row)
+                continue
+            existing = pending.get(key)
+            if existing is None or existing.state not in rule.states:
+                existing = _holder(key, rule.states, rule.period_ms, now, using)
+            if existing is None:
+                pending[key] = row
+                inserts.append(row)
+                results.append(row)
+                continue
+            if rule.on_conflict == "reject":
+                _reject(existing, key, index if len(specs) > 1 else None)
+            if rule.on_conflict == "ignore":
+                existing.deduplicated = True
+                results.append(existing)
+                continue
+            # replace / replace_except_schedule (§5.2-5.3): the existing job is cancelled,
+            # with its event, and the new one takes the key.
+            if (
+                rule.on_conflict == "replace_except_schedule"
+                and existing.state == JobState.SCHEDULED
+                and existing.scheduled_at is not None
+            ):
+                row.scheduled_at = existing.scheduled_at
+                if not spec.pending:
+                    scheduled = row.scheduled_at > now
+                    row.state = (JobState.SCHEDULED if scheduled else JobState.AVAILABLE).value
+            if existing in inserts:
+                inserts.remove(existing)
+                results[results.index(existing)] = row
+            else:
+                cancel(existing.id, reason=f"replaced by job {row.id} (unique key)", using=using)
+            pending[key] = row
+            inserts.append(row)
+            results.append(row)
+        if inserts:
+            written = driver.push_many(
+                inserts,
+                available={row.queue for row in inserts if row.state == JobState.AVAILABLE},
+                now=now,
+                events=events.mode(),
+                source=settings.EVENT_SOURCE,
+            )
+            events.signal(written, using)
+    _saved(inserts, using)
+    return results
+
+
+def _holder(
+    key: str, states: tuple[str, ...], period_ms: int | None, now: datetime, using: str
+) -> Job | None:
+    """The newest job holding ``key`` in one of ``states`` within ``period_ms`` (§6, §7)."""
+    holders = Job.objects.using(using).filter(unique_key=key, state__in=states)
+    if period_ms is not None:  # §7: measured from the existing job's created_at
+        holders = holders.filter(created_at__gt=now - ms_delta(period_ms))
+    return holders.order_by("-created_at").first()
+
+
+def _reject(existing: Job, key: str, index: int | None) -> None:
+    details: dict[str, Any] = {
+        "existing_job_id": str(existing.id),
+        "existing_job_state": existing.state,
+        "unique_key": key,
+        "uniqueness_key": key,
+    }
+    message = f"A job with the same unique key already exists: {existing.id} ({existing.state})."
+    if index is not None:
+        details["index"] = index
+        message = f"jobs[{index}]: {message}"
+    raise DuplicateJob(message, details=details)
 
 
 def _check_types(specs: list[JobSpec]) -> None:

@@ -108,7 +108,7 @@ def test_every_operation_is_declared_abstract_and_implemented(driver):
     }
     assert declared >= {
         "claim", "promote_due", "lock_rows", "update_if", "push_one", "push_many",
-        "after_push", "complete_many", "insert_events", "try_lock", "listener",
+        "after_push", "complete_many", "insert_events", "lock_keys", "try_lock", "listener",
     }  # fmt: skip
     assert not getattr(type(driver), "__abstractmethods__", None)
     for name in declared:
@@ -379,3 +379,31 @@ def test_insert_events__stores_rows_as_given(driver):
 def test_try_lock__granted_when_free(driver):
     with transaction.atomic():
         assert driver.try_lock("some-lock")
+
+
+@pytest.mark.postgresql  # SQLite: proven by tests/integration/test_unique_jobs.py's threads
+@pytest.mark.django_db(transaction=True)
+def test_lock_keys__excludes_other_transactions_until_commit(driver):
+    import threading
+
+    from django.db import connection, connections
+
+    held, other_result = threading.Event(), []
+
+    def other():
+        held.wait(30)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(hashtextextended('k-1', 0))")
+                other_result.append(cursor.fetchone()[0])
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with transaction.atomic():
+        driver.lock_keys(["k-2", "k-1", "k-1"])
+        driver.lock_keys([])
+        held.set()
+        thread.join(30)
+    assert other_result == [False]

@@ -11,6 +11,7 @@ from uuid6 import uuid7
 from django_ojs import envelope
 from django_ojs.exceptions import EnvelopeTooLarge, ValidationError
 from django_ojs.retry import RetryPolicy
+from django_ojs.unique import DEFAULT_STATES
 
 MiB = 1024 * 1024
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -191,7 +192,8 @@ def test_from_wire__top_level_options_and_seconds():
     assert (spec.total_timeout_ms, spec.enqueue_ttl_ms, spec.unique) == (
         60000,
         30000,
-        {"key": ["type"]},
+        # "key" is read as "keys"; the policy is stored normalised, defaults filled in.
+        {"keys": ["type"], "states": list(DEFAULT_STATES), "on_conflict": "reject"},
     )
 
 

@@ -33,6 +33,9 @@ class JobListView(OJSView):
         spec = _spec(self.body(request))
         self.require_queue(request, spec.queue, ENQUEUE)
         job = lifecycle.push(spec)
+        if getattr(job, "deduplicated", False):
+            # unique-jobs §5.4: on_conflict "ignore" answers 200 with the existing job.
+            return Response({"job": serializers.job(job), "deduplicated": True}, status=200)
         return Response(
             {"job": serializers.job(job)},
             status=201,
@@ -59,9 +62,14 @@ class JobBatchView(OJSView):
         for spec in specs:
             self.require_queue(request, spec.queue, ENQUEUE)
         jobs = lifecycle.push_many(specs)
-        return Response(
-            {"jobs": [serializers.job(j) for j in jobs], "count": len(jobs)}, status=201
-        )
+        rendered = [
+            # unique-jobs §5.4: a job an "ignore" policy kept is returned, marked.
+            {**serializers.job(j), "deduplicated": True}
+            if getattr(j, "deduplicated", False)
+            else serializers.job(j)
+            for j in jobs
+        ]
+        return Response({"jobs": rendered, "count": len(jobs)}, status=201)
 
 
 class JobDetailView(OJSView):

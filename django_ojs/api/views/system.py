@@ -41,6 +41,8 @@ class ManifestView(OJSView):
                 "conformance_tier": "runtime",
                 "protocols": ["http"],
                 "backend": f"django-orm:{vendor}",
+                # unique-jobs §8.3: a database lock serialises pushes of one key.
+                "unique_job_strength": "strong",
                 "capabilities": {
                     "batch_enqueue": True,
                     "cron_jobs": False,
@@ -50,7 +52,7 @@ class ManifestView(OJSView):
                     "priority_queues": True,
                     "rate_limiting": False,
                     "schema_validation": False,
-                    "unique_jobs": False,
+                    "unique_jobs": True,
                     "workflows": False,
                     "pause_resume": True,
                     "heartbeats": True,
