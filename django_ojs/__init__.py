@@ -33,11 +33,13 @@ __all__ = [
     "fail",
     "fetch",
     "handler",
+    "periodic",
     "retry_discarded",
 ]
 
 _LAZY = {
     "handler": "django_ojs.registry",
+    "periodic": "django_ojs.registry",
     "JobContext": "django_ojs.context",
     "JobError": "django_ojs.context",
     "JobSpec": "django_ojs.envelope",
@@ -73,7 +75,7 @@ if TYPE_CHECKING:
         fetch,
         retry_discarded,
     )
-    from django_ojs.registry import handler
+    from django_ojs.registry import handler, periodic
     from django_ojs.retry import RetryPolicy
     from django_ojs.states import JobState
 

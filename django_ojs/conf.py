@@ -214,6 +214,11 @@ class Settings:
         return None if value is None else tuple(value)
 
     @property
+    def CRON(self) -> dict[str, dict[str, Any]]:
+        """Cron jobs declared in settings: ``{name: {"cron", "type", "args", ...}}``."""
+        return dict(self._get("OJS_CRON", {}) or {})
+
+    @property
     def RETENTION(self) -> dict[str, float | None]:
         """Seconds to keep completed/cancelled/discarded/dead_letter jobs and events."""
         return {**DEFAULT_RETENTION, **(self._get("OJS_RETENTION", {}) or {})}

@@ -121,6 +121,13 @@ class JobNotFound(NotFound):
         self.job_id = job_id
 
 
+class CronNotFound(NotFound):
+    """No cron job has this name."""
+
+    def __init__(self, name: str):
+        super().__init__(f"Cron job '{name}' not found.", details={"name": name})
+
+
 class InvalidTransition(OJSError):
     """The job's current state does not allow this operation."""
 

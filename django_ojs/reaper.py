@@ -34,6 +34,8 @@ class PassResult:
     expired: int = 0
     rescued: int = 0
     recovered: int = 0
+    cron_fired: int = 0
+    cron_skipped: int = 0
     pruned: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -45,6 +47,9 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
     """One maintenance pass. Loops each step until its batch comes back short."""
     using = lifecycle.database(using)
     result = PassResult()
+    # Cron needs no leader: each slot is taken with a compare-and-set (lifecycle/cron.py),
+    # so every reaper and worker evaluates, and a dead one loses no slot.
+    result.cron_fired, result.cron_skipped = lifecycle.fire_due_cron(using=using)
     steps = [
         ("promoted", lifecycle.promote_due),
         ("expired", lifecycle.expire_stale),
@@ -107,6 +112,7 @@ def run(
     stop = stop or threading.Event()
     outage = resilience.Outage("reaper", logger, using=lifecycle.database(using))
     next_prune = time.monotonic() + min(prune_interval, 5.0)
+    _sync_cron(using, stop, outage)
     logger.info("reaper started (every %.2fs, prune every %.0fs)", interval, prune_interval)
     while not stop.is_set():
         close_old_connections()
@@ -123,14 +129,31 @@ def run(
             outage.succeeded()
             if do_prune:
                 next_prune = time.monotonic() + prune_interval
-            if result.moved or any(result.pruned.values()):
+            if result.moved or result.cron_fired or any(result.pruned.values()):
                 logger.info(
-                    "reaper: promoted=%d expired=%d rescued=%d recovered=%d pruned=%s",
+                    "reaper: promoted=%d expired=%d rescued=%d recovered=%d cron=%d pruned=%s",
                     result.promoted,
                     result.expired,
                     result.rescued,
                     result.recovered,
+                    result.cron_fired,
                     result.pruned,
                 )
         stop.wait(interval)
     logger.info("reaper stopped")
+
+
+def _sync_cron(using: str | None, stop: threading.Event, outage: resilience.Outage) -> None:
+    """Store the cron jobs declared in code and settings, retrying while the database is away."""
+    while not stop.is_set():
+        try:
+            counts = lifecycle.sync_cron(using=using)
+        except Exception as exc:
+            if not resilience.is_connection_error(exc):
+                raise  # a declared cron job is invalid: fail at startup, loudly
+            stop.wait(outage.failed(exc))
+            continue
+        outage.succeeded()
+        if any(counts.values()):
+            logger.info("cron jobs declared in code and settings: %s", counts)
+        return

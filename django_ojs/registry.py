@@ -155,6 +155,57 @@ def handler(job_type: str, *, replace: bool = False) -> Callable[[F], F]:
     return decorate
 
 
+#: Cron jobs declared with :func:`periodic`, by name (synced to the database at startup).
+_periodic: dict[str, dict[str, Any]] = {}
+
+
+def periodic(
+    expression: str,
+    *,
+    name: str | None = None,
+    args: list[Any] | tuple[Any, ...] = (),
+    timezone: str = "UTC",
+    overlap_policy: str | None = None,
+    description: str | None = None,
+    type: str | None = None,
+    **options: Any,
+) -> Callable[[F], F]:
+    """Declare a cron job that enqueues the decorated handler's job type on a schedule.
+
+    Put it above :func:`handler`; ``name`` defaults to the job type. ``options`` are job
+    options (``queue``, ``priority``, ``retry``, ``meta``...). Workers and reapers store
+    the declaration at startup (an operator's pause in the admin is kept)::
+
+        @django_ojs.periodic("0 3 * * *", timezone="Europe/Paris", queue="reports")
+        @django_ojs.handler("report.nightly")
+        def nightly_report():
+            ...
+    """
+
+    def decorate(func: F) -> F:
+        job_type = type
+        if job_type is None:
+            job_type = next((h.type for h in registry._handlers.values() if h.func is func), None)
+        if job_type is None:
+            raise TypeError(
+                "@periodic needs the handler's job type: put it above @handler, or pass type="
+            )
+        entry_name = name or job_type.lower().replace("_", "-")
+        _periodic[entry_name] = {
+            "cron": expression, "type": job_type, "args": list(args), "timezone": timezone,
+            "overlap_policy": overlap_policy, "description": description,
+            "options": options,
+        }  # fmt: skip
+        return func
+
+    return decorate
+
+
+def periodic_entries() -> dict[str, dict[str, Any]]:
+    """The cron jobs declared with :func:`periodic` in the modules imported so far."""
+    return {name: dict(spec) for name, spec in _periodic.items()}
+
+
 def autodiscover(module_names: tuple[str, ...] | None = None) -> None:
     """Import ``<app>.<name>`` for every installed app and every handler module name."""
     from django.utils.module_loading import autodiscover_modules

@@ -8,6 +8,15 @@ transactions and no state decisions here: the core refuses what a state does not
 
 from __future__ import annotations
 
-from django_ojs.admin import apikeys, audit, dashboard, dead_letter, jobs, queues, workers
+from django_ojs.admin import (
+    apikeys,
+    audit,
+    cron,
+    dashboard,
+    dead_letter,
+    jobs,
+    queues,
+    workers,
+)
 
-__all__ = ["apikeys", "audit", "dashboard", "dead_letter", "jobs", "queues", "workers"]
+__all__ = ["apikeys", "audit", "cron", "dashboard", "dead_letter", "jobs", "queues", "workers"]

@@ -36,6 +36,8 @@ v1 = [
         name="dead-letter-retry",
     ),
     path("events", views.EventListView.as_view(), name="event-list"),
+    path("cron", views.CronListView.as_view(), name="cron-list"),
+    path("cron/<str:name>", views.CronDetailView.as_view(), name="cron-detail"),
 ]
 
 urlpatterns = [

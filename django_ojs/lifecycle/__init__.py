@@ -12,6 +12,13 @@ from __future__ import annotations
 
 from django_ojs.lifecycle.batch import ack_many, fail_many
 from django_ojs.lifecycle.claim import fetch, listen
+from django_ojs.lifecycle.cron import delete as delete_cron
+from django_ojs.lifecycle.cron import fire_due as fire_due_cron
+from django_ojs.lifecycle.cron import get as get_cron
+from django_ojs.lifecycle.cron import register as register_cron
+from django_ojs.lifecycle.cron import run_now as run_cron_now
+from django_ojs.lifecycle.cron import set_enabled as set_cron_enabled
+from django_ojs.lifecycle.cron import sync as sync_cron
 from django_ojs.lifecycle.leadership import lead
 from django_ojs.lifecycle.maintenance import BATCH as MAINTENANCE_BATCH
 from django_ojs.lifecycle.maintenance import (
@@ -48,6 +55,7 @@ __all__ = [
     "beat",
     "cancel",
     "database",
+    "delete_cron",
     "delete_discarded",
     "deregister",
     "discard",
@@ -57,6 +65,8 @@ __all__ = [
     "fail",
     "fail_many",
     "fetch",
+    "fire_due_cron",
+    "get_cron",
     "lead",
     "listen",
     "pause_queue",
@@ -68,10 +78,14 @@ __all__ = [
     "push_many",
     "recover_dead_workers",
     "register",
+    "register_cron",
     "report_progress",
     "rescue_expired",
     "resume_queue",
     "retry_discarded",
+    "run_cron_now",
     "run_now",
+    "set_cron_enabled",
     "set_directive",
+    "sync_cron",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django_ojs.api.views.base import NotFoundView, OJSView
+from django_ojs.api.views.cron import CronDetailView, CronListView
 from django_ojs.api.views.dead_letter import (
     DeadLetterDetailView,
     DeadLetterListView,
@@ -27,6 +28,8 @@ from django_ojs.api.views.workers import (
 
 __all__ = [
     "AckView",
+    "CronDetailView",
+    "CronListView",
     "DeadLetterDetailView",
     "DeadLetterListView",
     "DeadLetterRetryView",

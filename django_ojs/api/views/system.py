@@ -45,7 +45,7 @@ class ManifestView(OJSView):
                 "unique_job_strength": "strong",
                 "capabilities": {
                     "batch_enqueue": True,
-                    "cron_jobs": False,
+                    "cron_jobs": True,
                     "dead_letter": True,
                     "delayed_jobs": True,
                     "job_ttl": True,
