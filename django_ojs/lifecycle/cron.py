@@ -258,8 +258,18 @@ def _fire(name: str, now: datetime, using: str) -> str:
             "cron.triggered", name, using, queue=job.queue, cron_name=name,
             job_id=str(job.id), job_type=job.type, scheduled_at=_ts(slot),
             late_ms=int((now - slot).total_seconds() * 1000),
+            missed=_missed(rule, slot, following),
         )  # fmt: skip
     return "fired"
+
+
+def _missed(rule: schedule.Schedule, slot: datetime, following: datetime) -> int:
+    """Slots between ``slot`` and ``following`` that catch-up left out (at most 1000 counted)."""
+    count, at = 0, rule.next_after(slot, anchor=slot)
+    while at < following and count < 1000:
+        count += 1
+        at = rule.next_after(at, anchor=slot)
+    return count
 
 
 def _skip(
