@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django_ojs.exceptions import EnvelopeTooLarge, ValidationError
+from django_ojs.ratelimit import policy as rate_policy
 from django_ojs.retry import RetryPolicy, parse_duration
 from django_ojs.unique import UniquePolicy
 from django_ojs.unique import key as unique_key
@@ -54,7 +55,7 @@ KNOWN_ATTRIBUTES = frozenset(
     {
         "id", "type", "args", "meta", "queue", "priority", "timeout", "timeout_ms",
         "scheduled_at", "expires_at", "retry", "unique", "schema", "tags", "pending",
-        "visibility_timeout", "visibility_timeout_ms", "total_timeout", "enqueue_ttl",
+        "rate_limit", "visibility_timeout", "visibility_timeout_ms", "total_timeout", "enqueue_ttl",
         "grace_period", "heartbeat_timeout", "options",
     }
 )  # fmt: skip
@@ -90,6 +91,9 @@ class JobSpec:
     #: Set by validation from ``unique``: the policy and the job's key (unique-jobs §4).
     unique_policy: UniquePolicy | None = None
     unique_key: str | None = None
+    #: The rate-limit policy (normalised by validation) and its key (rate-limiting §6).
+    rate_limit: dict[str, Any] | None = None
+    rate_key: str | None = None
     timeout_ms: int | None = None
     visibility_timeout_ms: int | None = None
     total_timeout_ms: int | None = None
@@ -222,6 +226,9 @@ def _validate_schema(value: Any) -> str | None:
 
 
 def _finish(spec: JobSpec, max_bytes: int) -> JobSpec:
+    if spec.rate_limit is not None:
+        limits, spec.rate_limit = rate_policy(spec.rate_limit, spec.queue)
+        spec.rate_key = limits.key
     if spec.unique is not None:
         rule = unique_policy(spec.unique, spec.args, spec.meta)
         spec.unique, spec.unique_policy = rule.to_wire(), rule
@@ -260,6 +267,7 @@ def build(
     pending: bool = False,
     retry: RetryPolicy | dict[str, Any] | None = None,
     unique: dict[str, Any] | None = None,
+    rate_limit: dict[str, Any] | None = None,
     schema: str | None = None,
     tags: list[str] | None = None,
     meta: dict[str, Any] | None = None,
@@ -298,6 +306,7 @@ def build(
         pending=pending,
         retry=policy,
         unique=_validate_unique(unique),
+        rate_limit=rate_limit,
         schema=_validate_schema(schema),
         tags=_validate_tags(tags),
         timeout_ms=duration_ms(timeout, "timeout"),
@@ -387,6 +396,7 @@ def from_wire(
         pending=bool(pending),
         retry=RetryPolicy.from_wire(retry, base=retry_base) if retry is not None else None,
         unique=_validate_unique(opt("unique")),
+        rate_limit=opt("rate_limit"),
         schema=_validate_schema(body.get("schema")),
         tags=_validate_tags(opt("tags")),
         timeout_ms=duration("timeout"),
@@ -457,6 +467,7 @@ def to_wire(job: Any, *, default_retry: RetryPolicy | None = None) -> dict[str, 
         "heartbeat_timeout": _seconds(job.heartbeat_timeout_ms),
         "retry": policy.to_wire() if policy else None,
         "unique": job.unique,
+        "rate_limit": getattr(job, "rate_limit", None),
         "schema": job.schema,
         "tags": job.tags or None,
         "error": job.error,

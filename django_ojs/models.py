@@ -80,6 +80,9 @@ class Job(models.Model):
     unique = models.JSONField(null=True, blank=True)
     #: The unique policy's key (unique-jobs §4, SHA-256 hex); NULL without a policy.
     unique_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL = no policy
+    #: The rate-limit policy (rate-limiting §6), normalised; its ``key`` is ``rate_key``.
+    rate_limit = models.JSONField(null=True, blank=True)
+    rate_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = no limit
     schema = models.CharField(max_length=512, null=True, blank=True)  # noqa: DJ001 - absent ≠ ""
     tags = models.JSONField(default=list, blank=True)
     #: Unknown client attributes, preserved and returned (core §5.5.4).
@@ -169,6 +172,17 @@ class Job(models.Model):
                 & Q(state__in=["scheduled", "available", "pending", "retryable"]),
             ),
             models.Index(fields=["state", "queue"], name="ojs_job_state_queue_idx"),
+            # Rate limits: what is waiting per key, and each key's active jobs and starts.
+            models.Index(
+                fields=["queue", "-priority", "id"],
+                name="ojs_job_limited_claim_idx",
+                condition=Q(state="available") & Q(rate_key__isnull=False),
+            ),
+            models.Index(
+                fields=["rate_key", "state", "started_at"],
+                name="ojs_job_rate_key_idx",
+                condition=Q(rate_key__isnull=False),
+            ),
             # Unique jobs: the conflict lookup of a push (key, newest first).
             models.Index(
                 fields=["unique_key", "-created_at"],

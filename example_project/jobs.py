@@ -56,6 +56,14 @@ def slow(ctx: JobContext, *args: Any) -> dict[str, Any]:
     return {"slept_ms": round(seconds * 1000)}
 
 
+@django_ojs.handler("test.timed")
+def timed(*args: Any) -> dict[str, float]:
+    """Sleep like ``test.slow`` and report when the handler ran (epoch seconds, this host)."""
+    began = time.time()
+    time.sleep(_seconds(args, 0.1))
+    return {"began": began, "ended": time.time()}
+
+
 @django_ojs.handler("test.fail_once")
 def fail_once(ctx: JobContext, *args: Any) -> dict[str, int]:
     """Fail on attempt 1, succeed on attempt 2."""

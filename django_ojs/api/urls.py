@@ -36,6 +36,8 @@ v1 = [
         name="dead-letter-retry",
     ),
     path("events", views.EventListView.as_view(), name="event-list"),
+    path("rate-limits", views.RateLimitListView.as_view(), name="rate-limit-list"),
+    path("rate-limits/<str:key>", views.RateLimitDetailView.as_view(), name="rate-limit-detail"),
     path("cron", views.CronListView.as_view(), name="cron-list"),
     path("cron/<str:name>", views.CronDetailView.as_view(), name="cron-detail"),
 ]

@@ -156,8 +156,12 @@ class Driver(ABC):
         fields: Sequence[str] | None,
         events: EventMode,
         source: str,
+        ids: Sequence[Any] | None = None,
     ) -> Written:
         """Atomically move up to ``limit`` available jobs of ``queue`` to ``active``.
+
+        Without ``ids``, only jobs with no rate limit (``rate_key IS NULL``) are taken; with
+        ``ids``, only those jobs (the rate-limited ones the lifecycle chose for a key).
 
         Order: priority high→low, then FIFO (id); the returned jobs keep that order. Skips
         paused queues and jobs past their ``stale_at``. Sets ``attempt += 1``,

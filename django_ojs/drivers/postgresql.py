@@ -91,7 +91,7 @@ def _events_cte(name: str, select: str, mode: EventMode) -> str:
 CLAIM_SQL = """
 WITH next AS (
     SELECT id FROM ojs_job
-    WHERE state = 'available' AND queue = %(queue)s
+    WHERE state = 'available' AND queue = %(queue)s AND {which}
       AND (stale_at IS NULL OR stale_at > %(now)s)
       AND NOT EXISTS (SELECT 1 FROM ojs_queue q WHERE q.name = %(queue)s AND q.paused)
     ORDER BY priority DESC, id
@@ -269,8 +269,10 @@ class PostgreSQLDriver(OrmDriver):
         fields: Sequence[str] | None,
         events: EventMode,
         source: str,
+        ids: Sequence[Any] | None = None,
     ) -> Written:
         params = {
+            "ids": list(ids) if ids is not None else None,
             "queue": queue,
             "limit": limit,
             "now": now,
@@ -283,7 +285,10 @@ class PostgreSQLDriver(OrmDriver):
             "source": source,
         }
         model_fields = _model_fields(fields)
-        sql = _statement(CLAIM_SQL, _events_cte("ev", CLAIM_EVENTS, events), model_fields, events)
+        which = "rate_key IS NULL" if ids is None else "id = ANY(%(ids)s)"
+        sql = _statement(
+            CLAIM_SQL, _events_cte("ev", CLAIM_EVENTS, events), model_fields, events, which=which
+        )
         written = self._load(sql, params, model_fields, events)
         # RETURNING has no order: restore the claim order.
         written.jobs.sort(key=lambda j: (-j.priority, j.id))

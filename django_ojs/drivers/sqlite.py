@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db.models import F, Q
 
@@ -41,12 +42,14 @@ class SQLiteDriver(OrmDriver):
         fields: Sequence[str] | None,  # full rows either way: SQLite reads them anyway
         events: EventMode,
         source: str,
+        ids: Sequence[Any] | None = None,
     ) -> Written:
         if Queue.objects.using(self.using).filter(name=queue, paused=True).exists():
             return Written()
         candidates = list(
             Job.objects.using(self.using)
             .filter(state="available", queue=queue)
+            .filter(Q(rate_key__isnull=True) if ids is None else Q(pk__in=list(ids)))
             .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
             .order_by("-priority", "id")[:limit]
         )

@@ -32,6 +32,8 @@ from django_ojs.lifecycle.maintenance import (
 from django_ojs.lifecycle.progress import report_progress
 from django_ojs.lifecycle.push import enqueue, enqueue_many, push, push_many
 from django_ojs.lifecycle.queues import pause_queue, resume_queue
+from django_ojs.lifecycle.ratelimits import keys as rate_limit_keys
+from django_ojs.lifecycle.ratelimits import status as rate_limit_status
 from django_ojs.lifecycle.settle import (
     ack,
     activate,
@@ -76,6 +78,8 @@ __all__ = [
     "purge_all",
     "push",
     "push_many",
+    "rate_limit_keys",
+    "rate_limit_status",
     "recover_dead_workers",
     "register",
     "register_cron",

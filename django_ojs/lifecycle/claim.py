@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from django_ojs import ratelimit
 from django_ojs.conf import settings
 from django_ojs.drivers import Listener, get_driver
 from django_ojs.lifecycle import events
@@ -20,6 +23,7 @@ from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job, Worker
 from django_ojs.policy import configured
+from django_ojs.states import JobState
 from django_ojs.validation import (
     duration_ms,
     validate_fetch_count,
@@ -97,8 +101,83 @@ def fetch(
             )
             claimed.extend(result.jobs)
             written.extend(result.events)
+            remaining = count - len(claimed)
+            if remaining > 0:
+                # Rate-limited jobs (rate-limiting §8.1): those whose key allows a start.
+                ids = _limited(queue, remaining, now, using)
+                if ids:
+                    result = driver.claim(
+                        queue, len(ids), worker_id=worker_id, now=now,
+                        visibility_ms=visibility_ms, defaults=defaults, fields=fields,
+                        events=mode, source=settings.EVENT_SOURCE, ids=ids,
+                    )  # fmt: skip
+                    claimed.extend(result.jobs)
+                    written.extend(result.events)
         events.signal(written, using)
     return claimed
+
+
+def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
+    """Ids of up to ``limit`` rate-limited jobs of ``queue`` that their keys let start now.
+
+    Each key is locked first (``Driver.lock_keys``, until the fetch's transaction ends), so
+    claims of one key, from any process, count its active jobs and recent starts one after
+    the other: a concurrency limit is never exceeded (rate-limiting §6.2). Jobs of a key at
+    its limit stay ``available`` and are skipped (``on_limit: wait``, §8.1).
+    """
+    waiting = list(
+        Job.objects.using(using)
+        .filter(state=JobState.AVAILABLE, queue=queue, rate_key__isnull=False)
+        .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
+        .order_by("-priority", "id")
+        .values_list("id", "rate_key", "rate_limit")[: max(limit * 4, 50)]
+    )
+    if not waiting:
+        return []
+    by_key: dict[str, list[Any]] = {}
+    rules: dict[str, ratelimit.RateLimit] = {}
+    for job_id, key, wire in waiting:
+        if key is None or not isinstance(wire, dict):
+            continue
+        by_key.setdefault(key, []).append(job_id)
+        if key not in rules:
+            rules[key] = ratelimit.from_wire(wire)
+    get_driver(using).lock_keys([RATE_LOCK_PREFIX + key for key in by_key])
+    chosen: list[Any] = []
+    for key, ids in by_key.items():
+        usage, _ = usage_of(key, rules[key], now, using)
+        allowed = ratelimit.allowance(rules[key], usage, now)
+        chosen.extend(ids[: min(allowed, limit - len(chosen))])
+        if len(chosen) >= limit:
+            break
+    return chosen
+
+
+#: Prefix of the lock names of rate-limit keys (apart from unique-job keys).
+RATE_LOCK_PREFIX = "ojs.rate:"
+
+
+def usage_of(
+    key: str, rule: ratelimit.RateLimit, now: datetime, using: str
+) -> tuple[ratelimit.Usage, datetime | None]:
+    """A key's active jobs, starts in its rate window and last start; the oldest such start."""
+    jobs = Job.objects.using(using).filter(rate_key=key)
+    active = jobs.filter(state=JobState.ACTIVE).count() if rule.concurrency is not None else 0
+    started, oldest = 0, None
+    if rule.rate is not None:
+        # A sliding window over each job's latest start (a retry's start replaces the last).
+        recent = jobs.filter(started_at__gt=now - rule.rate.period)
+        started = recent.count()
+        oldest = recent.order_by("started_at").values_list("started_at", flat=True).first()
+    last = None
+    if rule.throttle is not None:
+        last = (
+            jobs.filter(started_at__isnull=False)
+            .order_by("-started_at")
+            .values_list("started_at", flat=True)
+            .first()
+        )
+    return ratelimit.Usage(active, started, last), oldest
 
 
 def _touch_worker(worker_id: str, queues: list[str], using: str, now: datetime) -> None:

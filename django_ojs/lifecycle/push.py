@@ -63,6 +63,8 @@ def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
         "retry": policy.to_wire() if policy else None,
         "unique": spec.unique,
         "unique_key": spec.unique_key,
+        "rate_limit": spec.rate_limit,
+        "rate_key": spec.rate_key,
         "schema": spec.schema,
         "tags": spec.tags,
         "extra": spec.extra,

@@ -17,6 +17,7 @@ from django_ojs.api.views.queues import (
     QueueResumeView,
     QueueStatsView,
 )
+from django_ojs.api.views.ratelimits import RateLimitDetailView, RateLimitListView
 from django_ojs.api.views.system import HealthView, ManifestView
 from django_ojs.api.views.workers import (
     AckView,
@@ -50,4 +51,6 @@ __all__ = [
     "QueuePauseView",
     "QueueResumeView",
     "QueueStatsView",
+    "RateLimitDetailView",
+    "RateLimitListView",
 ]

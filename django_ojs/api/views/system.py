@@ -50,7 +50,7 @@ class ManifestView(OJSView):
                     "delayed_jobs": True,
                     "job_ttl": True,
                     "priority_queues": True,
-                    "rate_limiting": False,
+                    "rate_limiting": True,
                     "schema_validation": False,
                     "unique_jobs": True,
                     "workflows": False,

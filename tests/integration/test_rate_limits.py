@@ -1,0 +1,136 @@
+"""Rate and concurrency limits at claim time (OJS rate-limiting extension), Python and HTTP."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+import django_ojs
+from django_ojs import lifecycle
+from django_ojs.exceptions import ValidationError
+from django_ojs.models import Job
+from tests.integration.api_support import assert_ojs_error, client
+
+pytestmark = pytest.mark.django_db
+
+
+def _push(n, rate_limit, queue="api", type="call.api", **options):
+    return django_ojs.enqueue_many(
+        [{"type": type, "args": [i], "queue": queue, "rate_limit": rate_limit, **options}
+         for i in range(n)]
+    )  # fmt: skip
+
+
+def _fetch(n=10, queue="api", worker="w-1"):
+    return lifecycle.fetch([queue], n, worker_id=worker)
+
+
+def test_concurrency_limit_caps_active_jobs_and_frees_on_ack():
+    _push(5, {"key": "stripe", "concurrency": 2})
+    first = _fetch()
+    assert len(first) == 2 and _fetch() == []
+    assert Job.objects.filter(state="available").count() == 3  # on_limit wait: still there
+    lifecycle.ack(first[0].id, worker_id="w-1")
+    assert len(_fetch()) == 1
+
+
+def test_jobs_without_limits_are_not_held_up_by_limited_ones():
+    _push(3, {"key": "slow-api", "concurrency": 1})
+    free = django_ojs.enqueue("call.free", [], queue="api")
+    claimed = _fetch()
+    assert free.id in {j.id for j in claimed}
+    assert sum(1 for j in claimed if j.rate_key == "slow-api") == 1
+
+
+def test_a_key_is_shared_across_queues_and_types():
+    _push(2, {"key": "shared", "concurrency": 1}, queue="a", type="x.one")
+    _push(2, {"key": "shared", "concurrency": 1}, queue="b", type="x.two")
+    assert len(lifecycle.fetch(["a", "b"], 10, worker_id="w")) == 1
+
+
+def test_window_rate_limit_counts_recent_starts():
+    _push(4, {"key": "mail", "rate": {"limit": 2, "period": "PT1H"}})
+    assert len(_fetch()) == 2 and _fetch() == []
+    # the starts leave the window
+    Job.objects.filter(state="active").update(started_at=timezone.now() - timedelta(hours=2))
+    assert len(_fetch()) == 2
+
+
+def test_max_per_second_is_a_one_second_window():
+    (job,) = _push(1, {"max_per_second": 1})
+    assert job.rate_key == "queue:api" and job.rate_limit["rate"] == {"limit": 1, "period": "PT1S"}
+
+
+def test_throttle_allows_one_start_per_spacing():
+    _push(3, {"key": "t", "throttle": {"limit": 1, "period": "PT1H"}})
+    assert len(_fetch()) == 1 and _fetch() == []
+
+
+def test_bad_policy_is_refused():
+    with pytest.raises(ValidationError):
+        django_ojs.enqueue("x", [], rate_limit={"key": "k"})
+
+
+def test_http_inspection_and_listing():
+    _push(3, {"key": "stripe", "concurrency": 2, "rate": {"limit": 10, "period": "PT1M"}})
+    _fetch()
+    api = client("operator")
+    status = api.get("/rate-limits/stripe")
+    assert status.status_code == 200, status.body
+    body = status.body
+    assert body["concurrency"] == {"limit": 2, "active": 2, "available": 0}
+    assert body["rate"]["current_count"] == 2 and body["waiting_count"] == 1
+    assert body["allowed_now"] == 0
+    listed = api.get("/rate-limits").body
+    assert [i["key"] for i in listed["items"]] == ["stripe"]
+    assert_ojs_error(api.get("/rate-limits/unknown"), 404, "not_found")
+
+
+def test_http_enqueue_with_a_bad_policy_is_4xx():
+    response = client("producer").post(
+        "/jobs", {"type": "x", "args": [], "options": {"rate_limit": {"concurrency": "many"}}}
+    )
+    assert_ojs_error(response, 400)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_fetchers_never_exceed_the_concurrency_limit():
+    limit, threads = 3, (8 if connection.vendor == "postgresql" else 3)
+    _push(60, {"key": "db-heavy", "concurrency": limit})
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+    peaks: list[int] = []
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peaks.append(Job.objects.filter(state="active").count())
+        connections.close_all()
+
+    def worker(index):
+        try:
+            barrier.wait()
+            while Job.objects.exclude(state="completed").exists():
+                for job in lifecycle.fetch(["api"], 2, worker_id=f"w-{index}"):
+                    lifecycle.ack(job.id, worker_id=f"w-{index}")
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(timeout=120)
+    done.set()
+    watcher.join(timeout=30)
+    assert not errors, errors
+    assert max(peaks) <= limit
+    assert Job.objects.filter(state="completed").count() == 60
