@@ -2,10 +2,9 @@
 # Run the official OJS conformance suites against the example project, served by a real
 # server process (runserver) on PostgreSQL, with the job store emptied before every test.
 #
-#   Levels 0-1: required. The script exits non-zero if any of them fails.
-#   Levels 2-4: informational (cron, workflows, unique jobs... come in later issues); they
-#               run at the same time against a second server and database, and only their
-#               summary is printed.
+#   Levels 0, 1, 2 and 4: required. The script exits non-zero if any of them fails.
+#   Level 3 (workflows): informational until workflows are built; it runs with levels 2 and
+#               4 against a second server and database, and its summary is printed.
 #
 # Environment: PY, PG_HOST, PG_PORT, PG_USER, CONF_DB (database name; levels 2-4 use
 # "${CONF_DB}_l24"), CONF_PORT (levels 2-4 use CONF_PORT+1), OJS_CONFORMANCE_DIR (the
@@ -30,7 +29,13 @@ mkdir -p "$LOG_DIR"
 #                  tested in tests/integration/test_api_workers.py).
 #   L1-RTR-014     expects error types ("ConnectionTimeout"...) that its nack requests never
 #                  send (they only carry code "handler_error").
-SKIPS=(L1-WRK-002 L1-WRK-003 L1-RTR-014)
+#   L2-CRON-005    holds a fetched job 130 s without a heartbeat and expects it to still be
+#                  running; the binding's 30 s visibility timeout has requeued it by then.
+#   L2-TTL-001     expects no completed_at on a discarded job; core §5.3 sets it "when the
+#                  job transitions to completed or discarded".
+#   L2-TTL-002     compares expires_at as a string; the binding renders timestamps with
+#                  milliseconds ("2099-12-31T23:59:59.000Z", HB §3), the same instant.
+SKIPS=(L1-WRK-002 L1-WRK-003 L1-RTR-014 L2-CRON-005 L2-TTL-001 L2-TTL-002)
 
 if [ ! -f "$SUITES_DIR/run.py" ]; then
     if [ "${CI:-}" = "true" ]; then
@@ -104,8 +109,8 @@ start_stack later "${CONF_DB}_l24" "$((CONF_PORT + 1))"
 set +e
 run_suites required "$CONF_DB" "$CONF_PORT" level-0-core/ level-1-reliable/ &
 required_pid=$!
-run_suites later "${CONF_DB}_l24" "$((CONF_PORT + 1))" \
-    level-2-scheduled/ level-3-workflows/ level-4-advanced/ &
+run_suites later "${CONF_DB}_l24" "$((CONF_PORT + 1))" level-2-scheduled/ level-4-advanced/ \
+    level-3-workflows/ &
 later_pid=$!
 wait "$required_pid"
 required_rc=$?
@@ -118,14 +123,26 @@ echo "== Levels 0-1 (required; skipped: ${SKIPS[*]})"
 grep -E '^(FAIL|SKIP) ' "$LOG_DIR/required.txt" || true
 sed -n '/^Per-level totals:/,$p' "$LOG_DIR/required.txt"
 echo
-echo "== Levels 2-4 (informational: cron, workflows, unique jobs and rate limits come later)"
-grep -E '^FAIL ' "$LOG_DIR/later.txt" | cut -c1-120 || true
+echo "== Levels 2 and 4 (required), level 3 (informational: workflows come later)"
+grep -E '^(FAIL|SKIP) ' "$LOG_DIR/later.txt" | cut -c1-120 || true
 sed -n '/^Per-level totals:/,$p' "$LOG_DIR/later.txt"
-echo "(levels 2-4 runner exit status: $later_rc; not required)"
 
+failed=()
 if [ "$required_rc" -ne 0 ]; then
-    echo "ERROR: OJS conformance levels 0-1 failed (runner exit status $required_rc)." >&2
+    failed+=("levels 0-1 (runner exit status $required_rc)")
     tail -40 "$LOG_DIR/required.txt" >&2
+fi
+# The second run mixes required and informational levels, and the runner marks a level
+# [FAIL] when a lower one fails: judge levels 2 and 4 by their own failed/errored counts.
+for level in 2 4; do
+    if ! grep -qE "^ *level $level .* failed +0 .* errored +0 " "$LOG_DIR/later.txt"; then
+        failed+=("level $level")
+    fi
+done
+if [ "${#failed[@]}" -ne 0 ]; then
+    echo "ERROR: OJS conformance failed: ${failed[*]} (runner exit status of levels 2-4: $later_rc)." >&2
+    awk '/^FAIL /{show = ($2 !~ /^L3-/)} /^(PASS|SKIP) /{show = 0} show' "$LOG_DIR/later.txt" \
+        | head -40 >&2 || true
     exit 1
 fi
-echo "OJS conformance levels 0-1: PASS"
+echo "OJS conformance levels 0, 1, 2 and 4: PASS"
