@@ -258,6 +258,8 @@ class Queue(models.Model):
     paused = models.BooleanField(default=False)
     paused_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    #: Queue-level limit (rate-limiting §7.2): ``{"concurrency": N}``; NULL = none.
+    limits = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "ojs_queue"

@@ -40,13 +40,15 @@ class QueueInfo:
     paused_at: datetime | None = None
     created_at: datetime | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    #: Queue-level limits (``{"concurrency": N}``), ``None`` when there are none.
+    limits: dict[str, Any] | None = None
 
 
 def list_queues(*, with_counts: bool = False, using: str | None = None) -> list[QueueInfo]:
     """Every known queue (the ``default`` queue always exists), by name."""
     using = lifecycle.database(using)
     infos = {
-        q.name: QueueInfo(q.name, q.paused, q.paused_at, q.created_at)
+        q.name: QueueInfo(q.name, q.paused, q.paused_at, q.created_at, limits=q.limits)
         for q in Queue.objects.using(using).all()
     }
     infos.setdefault(DEFAULT_QUEUE, QueueInfo(DEFAULT_QUEUE))

@@ -39,6 +39,13 @@ QUEUE_ACTIONS: dict[str, tuple[str, str, str, str]] = {
         "resumed",
         "resume",
     ),
+    "set_limits": (
+        "Set a concurrency limit",
+        "At most this many jobs of each of these queues run at once, across all workers "
+        "(empty: no limit).",
+        "updated",
+        "set the limit of",
+    ),
 }
 
 
@@ -71,6 +78,7 @@ class QueueAdmin(ReadOnlyAdmin[Queue]):
                 "name": info.name,
                 "paused": info.paused,
                 "paused_at": info.paused_at,
+                "concurrency": (info.limits or {}).get("concurrency"),
                 "url": jobs_url(queue=info.name),
                 "counts": [
                     (info.counts.get(s, 0), jobs_url(queue=info.name, state__exact=s))
@@ -115,6 +123,8 @@ class QueueAdmin(ReadOnlyAdmin[Queue]):
             )
             return HttpResponseRedirect(request.get_full_path())
         title, question, past, button = QUEUE_ACTIONS[name]
+        if name == "set_limits":
+            return self.set_limits(request, selected, title, question, past)
         pausing = name == "pause_queues"
         if not bulk.is_confirmed(request):
             return bulk.confirmation(
@@ -157,3 +167,41 @@ class QueueAdmin(ReadOnlyAdmin[Queue]):
         outcome = bulk.apply(((q, q) for q in selected), operate)
         self.message_user(request, outcome.message(past), outcome.level)
         return HttpResponseRedirect(request.get_full_path())
+
+    def set_limits(
+        self, request: HttpRequest, selected: list[str], title: str, question: str, past: str
+    ) -> HttpResponse:
+        """The form of the "set a concurrency limit" action, then the lifecycle calls."""
+        raw = request.POST.get("concurrency", "").strip()
+        error = ""
+        if bulk.is_confirmed(request):
+            limits: dict[str, Any] | None = None
+            if raw:
+                if not raw.isdigit():
+                    error = "Enter a whole number of jobs (0 or more), or nothing for no limit."
+                else:
+                    limits = {"concurrency": int(raw)}
+            if not error:
+                who = admin_actor(request)
+
+                def operate(queue: str) -> str | None:
+                    lifecycle.set_queue_limits(queue, limits, actor=who)
+                    return None
+
+                outcome = bulk.apply(((q, q) for q in selected), operate)
+                self.message_user(request, outcome.message(past), outcome.level)
+                return HttpResponseRedirect(request.get_full_path())
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "subtitle": None,
+            "opts": self.model._meta,
+            "question": question,
+            "queues": selected,
+            "value": raw,
+            "error": error,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/ojs/queue/set_limits.html", context)

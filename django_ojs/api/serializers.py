@@ -269,6 +269,8 @@ def queue(info: QueueInfo) -> dict[str, Any]:
         "paused": info.paused,
         "created_at": ts(info.created_at),
     }
+    if info.limits:
+        out["limits"] = info.limits
     if info.paused_at is not None:
         out["paused_at"] = ts(info.paused_at)
     return out

@@ -26,6 +26,12 @@ v1 = [
     path("queues/<str:name>/stats", views.QueueStatsView.as_view(), name="queue-stats"),
     path("queues/<str:name>/pause", views.QueuePauseView.as_view(), name="queue-pause"),
     path("queues/<str:name>/resume", views.QueueResumeView.as_view(), name="queue-resume"),
+    path("queues/<str:name>/config", views.QueueConfigView.as_view(), name="queue-config"),
+    path(
+        "admin/queues/<str:name>/config",
+        views.QueueConfigView.as_view(),
+        name="admin-queue-config",
+    ),
     path("dead-letter", views.DeadLetterListView.as_view(), name="dead-letter-list"),
     path(
         "dead-letter/<str:job_id>", views.DeadLetterDetailView.as_view(), name="dead-letter-detail"

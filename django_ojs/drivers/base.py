@@ -160,8 +160,9 @@ class Driver(ABC):
     ) -> Written:
         """Atomically move up to ``limit`` available jobs of ``queue`` to ``active``.
 
-        Without ``ids``, only jobs with no rate limit (``rate_key IS NULL``) are taken; with
-        ``ids``, only those jobs (the rate-limited ones the lifecycle chose for a key).
+        Without ``ids``, only jobs with no rate limit (``rate_key IS NULL``) of a queue with
+        no limits (``Queue.limits``) are taken; with ``ids``, only those jobs (the ones the
+        lifecycle chose under the limits).
 
         Order: priority high→low, then FIFO (id); the returned jobs keep that order. Skips
         paused queues and jobs past their ``stale_at``. Sets ``attempt += 1``,

@@ -93,7 +93,7 @@ WITH next AS (
     SELECT id FROM ojs_job
     WHERE state = 'available' AND queue = %(queue)s AND {which}
       AND (stale_at IS NULL OR stale_at > %(now)s)
-      AND NOT EXISTS (SELECT 1 FROM ojs_queue q WHERE q.name = %(queue)s AND q.paused)
+      AND NOT EXISTS (SELECT 1 FROM ojs_queue q WHERE q.name = %(queue)s AND {gate})
     ORDER BY priority DESC, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -285,10 +285,13 @@ class PostgreSQLDriver(OrmDriver):
             "source": source,
         }
         model_fields = _model_fields(fields)
+        # Without ids: jobs free of limits, in queues free of limits; with ids: those jobs.
         which = "rate_key IS NULL" if ids is None else "id = ANY(%(ids)s)"
+        gate = "(q.paused OR q.limits IS NOT NULL)" if ids is None else "q.paused"
         sql = _statement(
-            CLAIM_SQL, _events_cte("ev", CLAIM_EVENTS, events), model_fields, events, which=which
-        )
+            CLAIM_SQL, _events_cte("ev", CLAIM_EVENTS, events), model_fields, events,
+            which=which, gate=gate,
+        )  # fmt: skip
         written = self._load(sql, params, model_fields, events)
         # RETURNING has no order: restore the claim order.
         written.jobs.sort(key=lambda j: (-j.priority, j.id))

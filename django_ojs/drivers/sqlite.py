@@ -44,7 +44,9 @@ class SQLiteDriver(OrmDriver):
         source: str,
         ids: Sequence[Any] | None = None,
     ) -> Written:
-        if Queue.objects.using(self.using).filter(name=queue, paused=True).exists():
+        # Without ids: jobs free of limits, in queues free of limits; with ids: those jobs.
+        gate = Q(paused=True) if ids is not None else Q(paused=True) | Q(limits__isnull=False)
+        if Queue.objects.using(self.using).filter(gate, name=queue).exists():
             return Written()
         candidates = list(
             Job.objects.using(self.using)

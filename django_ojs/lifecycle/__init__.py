@@ -31,7 +31,7 @@ from django_ojs.lifecycle.maintenance import (
 )
 from django_ojs.lifecycle.progress import report_progress
 from django_ojs.lifecycle.push import enqueue, enqueue_many, push, push_many
-from django_ojs.lifecycle.queues import pause_queue, resume_queue
+from django_ojs.lifecycle.queues import pause_queue, resume_queue, set_queue_limits
 from django_ojs.lifecycle.ratelimits import keys as rate_limit_keys
 from django_ojs.lifecycle.ratelimits import status as rate_limit_status
 from django_ojs.lifecycle.settle import (
@@ -91,5 +91,6 @@ __all__ = [
     "run_now",
     "set_cron_enabled",
     "set_directive",
+    "set_queue_limits",
     "sync_cron",
 ]

@@ -21,7 +21,7 @@ from django_ojs.drivers import Listener, get_driver
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.store import db
-from django_ojs.models import Job, Worker
+from django_ojs.models import Job, Queue, Worker
 from django_ojs.policy import configured
 from django_ojs.states import JobState
 from django_ojs.validation import (
@@ -118,41 +118,56 @@ def fetch(
 
 
 def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
-    """Ids of up to ``limit`` rate-limited jobs of ``queue`` that their keys let start now.
+    """Ids of up to ``limit`` jobs of ``queue`` that its limits and their keys allow now.
 
-    Each key is locked first (``Driver.lock_keys``, until the fetch's transaction ends), so
-    claims of one key, from any process, count its active jobs and recent starts one after
-    the other: a concurrency limit is never exceeded (rate-limiting §6.2). Jobs of a key at
-    its limit stay ``available`` and are skipped (``on_limit: wait``, §8.1).
+    Looked at only when the one-statement claim left room: rate-limited jobs, and every
+    job of a queue with a queue-level limit (``Queue.limits``, rate-limiting §7.2). Each
+    key (and the queue) is locked first (``Driver.lock_keys``, until the fetch's
+    transaction ends), so claims from any process count active jobs and recent starts one
+    after the other: a limit is never exceeded (§6.2). Jobs held back stay ``available``
+    and are skipped (``on_limit: wait``, §8.1); both limits apply when both exist (§7.2).
     """
-    waiting = list(
-        Job.objects.using(using)
-        .filter(state=JobState.AVAILABLE, queue=queue, rate_key__isnull=False)
-        .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
+    queue_limits = (
+        Queue.objects.using(using).filter(name=queue).values_list("limits", flat=True).first()
+    )
+    waiting = Job.objects.using(using).filter(state=JobState.AVAILABLE, queue=queue)
+    if not queue_limits:
+        waiting = waiting.filter(rate_key__isnull=False)
+    candidates = list(
+        waiting.filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
         .order_by("-priority", "id")
         .values_list("id", "rate_key", "rate_limit")[: max(limit * 4, 50)]
     )
-    if not waiting:
+    if not candidates:
         return []
-    by_key: dict[str, list[Any]] = {}
     rules: dict[str, ratelimit.RateLimit] = {}
-    for job_id, key, wire in waiting:
-        if key is None or not isinstance(wire, dict):
-            continue
-        by_key.setdefault(key, []).append(job_id)
-        if key not in rules:
+    for _, key, wire in candidates:
+        if key is not None and key not in rules and isinstance(wire, dict):
             rules[key] = ratelimit.from_wire(wire)
-    get_driver(using).lock_keys([RATE_LOCK_PREFIX + key for key in by_key])
+    locks = [RATE_LOCK_PREFIX + key for key in rules]
+    if queue_limits:
+        locks.append(QUEUE_LOCK_PREFIX + queue)
+    get_driver(using).lock_keys(locks)
+    budget = limit
+    if queue_limits and queue_limits.get("concurrency") is not None:
+        active = Job.objects.using(using).filter(state=JobState.ACTIVE, queue=queue).count()
+        budget = min(budget, max(queue_limits["concurrency"] - active, 0))
+    allowed = {key: ratelimit.allowance(rule, usage_of(key, rule, now, using)[0], now)
+               for key, rule in rules.items()}  # fmt: skip
     chosen: list[Any] = []
-    for key, ids in by_key.items():
-        usage, _ = usage_of(key, rules[key], now, using)
-        allowed = ratelimit.allowance(rules[key], usage, now)
-        chosen.extend(ids[: min(allowed, limit - len(chosen))])
-        if len(chosen) >= limit:
+    for job_id, key, _ in candidates:
+        if len(chosen) >= budget:
             break
+        if key is not None and key in allowed:
+            if allowed[key] <= 0:
+                continue
+            allowed[key] -= 1
+        chosen.append(job_id)
     return chosen
 
 
+#: Prefix of the lock name of a queue with queue-level limits.
+QUEUE_LOCK_PREFIX = "ojs.queue:"
 #: Prefix of the lock names of rate-limit keys (apart from unique-job keys).
 RATE_LOCK_PREFIX = "ojs.rate:"
 

@@ -134,3 +134,103 @@ def test_concurrent_fetchers_never_exceed_the_concurrency_limit():
     assert not errors, errors
     assert max(peaks) <= limit
     assert Job.objects.filter(state="completed").count() == 60
+
+
+# ---------------------------------------------------------------------- queue limits
+
+
+def test_queue_concurrency_limit_applies_to_every_job_of_the_queue():
+    lifecycle.set_queue_limits("api", {"concurrency": 2})
+    django_ojs.enqueue_many([{"type": "plain", "queue": "api"} for _ in range(3)])
+    _push(2, {"key": "own", "concurrency": 5})
+    first = _fetch()
+    assert len(first) == 2 and _fetch() == []
+    lifecycle.ack(first[0].id, worker_id="w-1")
+    assert len(_fetch()) == 1
+    lifecycle.set_queue_limits("api", None)
+    assert len(_fetch()) == 2  # no queue limit: the other two start at once
+
+
+def test_queue_limit_keeps_priority_order():
+    lifecycle.set_queue_limits("api", {"concurrency": 1})
+    django_ojs.enqueue("low", [], queue="api", priority=-5)
+    high = django_ojs.enqueue("high", [], queue="api", priority=5)
+    assert [j.id for j in _fetch()] == [high.id]
+
+
+def test_queue_limits_are_validated():
+    for bad, field in (({"concurrency": -1}, "limits.concurrency"),
+                       ({"rate": {"limit": 1}}, "limits.rate"), ("5", "limits")):  # fmt: skip
+        with pytest.raises(ValidationError) as info:
+            lifecycle.set_queue_limits("api", bad)
+        assert info.value.field == field
+
+
+def test_http_queue_config():
+    api = client("admin")
+    put = api.request("PUT", "/queues/api/config", {"concurrency": 3})
+    assert put.status_code == 200, put.body
+    assert put.body["queue"]["limits"] == {"concurrency": 3}
+    admin_path = api.request("PUT", "/admin/queues/api/config", {"limits": {"concurrency": 4}})
+    assert admin_path.body["config"] == {"limits": {"concurrency": 4}}
+    assert api.get("/queues/api/config").body["config"]["limits"] == {"concurrency": 4}
+    assert_ojs_error(api.request("PUT", "/queues/api/config", {"concurrency": "x"}), 400)
+    assert_ojs_error(client("operator").request("PUT", "/queues/api/config", {}), 403)
+
+
+def test_admin_sets_a_queue_limit(admin_client):
+    from django.urls import reverse
+
+    from django_ojs.models import AuditEntry, Queue
+
+    django_ojs.enqueue("x", [], queue="api")
+    url = reverse("admin:ojs_queue_changelist")
+    form = admin_client.post(url, {"action": "set_limits", "_selected_action": ["api"]})
+    assert form.status_code == 200 and "Max running jobs" in form.content.decode()
+    bad = admin_client.post(url, {"action": "set_limits", "post": "yes",
+                                  "_selected_action": ["api"], "concurrency": "many"})  # fmt: skip
+    assert "whole number" in bad.content.decode()
+    admin_client.post(url, {"action": "set_limits", "post": "yes",
+                            "_selected_action": ["api"], "concurrency": "7"})  # fmt: skip
+    assert Queue.objects.get(name="api").limits == {"concurrency": 7}
+    assert AuditEntry.objects.filter(action="queue.limits").exists()
+    assert ">7<" in admin_client.get(url).content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_fetchers_never_exceed_a_queue_limit():
+    limit, threads = 2, (8 if connection.vendor == "postgresql" else 3)
+    lifecycle.set_queue_limits("api", {"concurrency": limit})
+    django_ojs.enqueue_many([{"type": "plain", "queue": "api"} for _ in range(40)])
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+    peaks: list[int] = []
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peaks.append(Job.objects.filter(state="active").count())
+        connections.close_all()
+
+    def worker(index):
+        try:
+            barrier.wait()
+            while Job.objects.exclude(state="completed").exists():
+                for job in lifecycle.fetch(["api"], 3, worker_id=f"w-{index}"):
+                    lifecycle.ack(job.id, worker_id=f"w-{index}")
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(timeout=120)
+    done.set()
+    watcher.join(timeout=30)
+    assert not errors, errors
+    assert max(peaks) <= limit

@@ -12,6 +12,7 @@ from django_ojs.api.views.dead_letter import (
 from django_ojs.api.views.events import EventListView
 from django_ojs.api.views.jobs import JobActivateView, JobBatchView, JobDetailView, JobListView
 from django_ojs.api.views.queues import (
+    QueueConfigView,
     QueueListView,
     QueuePauseView,
     QueueResumeView,
@@ -47,6 +48,7 @@ __all__ = [
     "NotFoundView",
     "OJSView",
     "ProgressView",
+    "QueueConfigView",
     "QueueListView",
     "QueuePauseView",
     "QueueResumeView",

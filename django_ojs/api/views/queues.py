@@ -85,3 +85,28 @@ class QueueResumeView(OJSView):
                 "resumed_at": serializers.ts(timezone.now()),
             }
         )
+
+
+class QueueConfigView(OJSView):
+    """``GET``/``PUT /ojs/v1/queues/{name}/config`` (and ``/ojs/v1/admin/queues/{name}/config``).
+
+    The queue-level limit (rate-limiting §7.2): ``{"concurrency": N}`` (also accepted under
+    ``limits`` or ``rate_limit``); ``{"concurrency": null}`` removes it.
+    """
+
+    operation = {"GET": INSPECT, "PUT": MANAGE}
+
+    def get(self, request: Any, name: str) -> Response:
+        self.require_queue(request, name, INSPECT)
+        info = _known(name)
+        return Response({"queue": serializers.queue(info), "config": {"limits": info.limits}})
+
+    def put(self, request: Any, name: str) -> Response:
+        body = self.body(request)
+        self.require_queue(request, name, MANAGE)
+        limits = body.get("limits", body.get("rate_limit", body))
+        queue = lifecycle.set_queue_limits(name, limits, actor=self.actor(request))
+        info = queues.QueueInfo(
+            queue.name, queue.paused, queue.paused_at, queue.created_at, limits=queue.limits
+        )
+        return Response({"queue": serializers.queue(info), "config": {"limits": queue.limits}})
