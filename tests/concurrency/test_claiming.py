@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 import django_ojs
@@ -25,29 +25,9 @@ from django_ojs import lifecycle, reaper
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import InvalidTransition
 from django_ojs.models import Job
+from tests.threads import run_threads
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _run_threads(n, target):
-    barrier = threading.Barrier(n)
-    errors = []
-
-    def body(index):
-        try:
-            barrier.wait()
-            target(index)
-        except Exception as exc:  # surfaced by the assertion below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors
 
 
 @pytest.mark.django_db(transaction=True)
@@ -66,7 +46,7 @@ def test_threads_claim_every_job_exactly_once():
             for job in jobs:
                 lifecycle.ack(job.id, worker_id=f"w{index}")
 
-    _run_threads(threads, worker)
+    run_threads(threads, worker)
     everything = [job_id for ids in claimed for job_id in ids]
     assert len(everything) == total
     assert len(set(everything)) == total  # nobody got a job twice
@@ -134,7 +114,7 @@ def test_locked_rows_are_skipped_by_a_second_connection():
         seen["other"] = [j.id for j in lifecycle.fetch(["default"], count=5)]
         release.set()
 
-    _run_threads(2, lambda i: (holder if i == 0 else other)(i))
+    run_threads(2, lambda i: (holder if i == 0 else other)(i))
     assert seen == {"holder": [first.id], "other": [second.id]}
 
 
@@ -151,7 +131,7 @@ def test_concurrent_acks_of_one_job_exactly_one_wins():
         except InvalidTransition:
             outcomes.append("refused")
 
-    _run_threads(4, ack)
+    run_threads(4, ack)
     assert sorted(outcomes) == ["ok", "refused", "refused", "refused"]
 
 
@@ -172,7 +152,7 @@ def test_one_reaper_leads_at_a_time():
         results["pass"] = reaper.run_once()
         release.set()
 
-    _run_threads(2, lambda i: (leader if i == 0 else follower)(i))
+    run_threads(2, lambda i: (leader if i == 0 else follower)(i))
     assert results["lock"] is True
     assert results["pass"].leader is False
 
@@ -190,7 +170,7 @@ def test_rescue_races_with_a_heartbeat_without_losing_the_job():
         else:
             lifecycle.beat("w", active_job_ids=[job.id], visibility_timeout=60)
 
-    _run_threads(2, act)
+    run_threads(2, act)
     stored = Job.objects.get(pk=job.pk)
     # Either the rescue won (job available again) or the beat came first and the
     # rescue still saw the old deadline; never a half-written row.
@@ -225,5 +205,5 @@ def test_fetch_during_a_reaper_promotion_still_gets_the_due_job():
         threading.Timer(0.3, release.set).start()
         got["fetched"] = [j.id for j in lifecycle.fetch(["default"])]
 
-    _run_threads(2, lambda i: (reaper_promotes if i == 0 else worker_fetches)(i))
+    run_threads(2, lambda i: (reaper_promotes if i == 0 else worker_fetches)(i))
     assert got == {"promoted": 1, "fetched": [job.id]}

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
@@ -15,6 +14,7 @@ from django_ojs import lifecycle, reaper
 from django_ojs.exceptions import CronNotFound, ValidationError
 from django_ojs.models import CronJob, Event, Job
 from tests.integration.api_support import assert_ojs_error, client
+from tests.threads import run_threads
 
 pytestmark = pytest.mark.django_db
 
@@ -173,24 +173,7 @@ def test_concurrent_evaluators_fire_each_slot_exactly_once():
     slots = 5
     for _ in range(slots):
         _make_due("nightly")
-        barrier = threading.Barrier(evaluators)
-        errors: list[BaseException] = []
-
-        def evaluate(barrier=barrier, errors=errors):
-            try:
-                barrier.wait()
-                lifecycle.fire_due_cron()
-            except BaseException as exc:  # surfaced below
-                errors.append(exc)
-            finally:
-                connections.close_all()
-
-        threads = [threading.Thread(target=evaluate) for _ in range(evaluators)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        assert not errors, errors
+        run_threads(evaluators, lambda _: lifecycle.fire_due_cron())
         # the previous run must not be active, or the next slot is skipped (overlap)
         assert Job.objects.filter(state="available").count() == 1
         Job.objects.update(state="completed")

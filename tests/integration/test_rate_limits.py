@@ -14,6 +14,7 @@ from django_ojs import lifecycle
 from django_ojs.exceptions import ValidationError
 from django_ojs.models import Job
 from tests.integration.api_support import assert_ojs_error, client
+from tests.threads import run_threads
 
 pytestmark = pytest.mark.django_db
 
@@ -97,12 +98,8 @@ def test_http_enqueue_with_a_bad_policy_is_4xx():
     assert_ojs_error(response, 400)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_concurrent_fetchers_never_exceed_the_concurrency_limit():
-    limit, threads = 3, (8 if connection.vendor == "postgresql" else 3)
-    _push(60, {"key": "db-heavy", "concurrency": limit})
-    barrier = threading.Barrier(threads)
-    errors: list[BaseException] = []
+def _race_fetchers(threads: int) -> int:
+    """Fetch and ack from ``threads`` threads until every job completed; the peak active."""
     peaks: list[int] = []
     done = threading.Event()
 
@@ -112,27 +109,24 @@ def test_concurrent_fetchers_never_exceed_the_concurrency_limit():
         connections.close_all()
 
     def worker(index):
-        try:
-            barrier.wait()
-            while Job.objects.exclude(state="completed").exists():
-                for job in lifecycle.fetch(["api"], 2, worker_id=f"w-{index}"):
-                    lifecycle.ack(job.id, worker_id=f"w-{index}")
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        while Job.objects.exclude(state="completed").exists():
+            for job in lifecycle.fetch(["api"], 2, worker_id=f"w-{index}"):
+                lifecycle.ack(job.id, worker_id=f"w-{index}")
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(timeout=120)
-    done.set()
-    watcher.join(timeout=30)
-    assert not errors, errors
-    assert max(peaks) <= limit
+    try:
+        run_threads(threads, worker)
+    finally:
+        done.set()
+        watcher.join(timeout=30)
+    return max(peaks)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_fetchers_never_exceed_the_concurrency_limit():
+    _push(60, {"key": "db-heavy", "concurrency": 3})
+    assert _race_fetchers(8 if connection.vendor == "postgresql" else 3) <= 3
     assert Job.objects.filter(state="completed").count() == 60
 
 
@@ -199,38 +193,6 @@ def test_admin_sets_a_queue_limit(admin_client):
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_fetchers_never_exceed_a_queue_limit():
-    limit, threads = 2, (8 if connection.vendor == "postgresql" else 3)
-    lifecycle.set_queue_limits("api", {"concurrency": limit})
+    lifecycle.set_queue_limits("api", {"concurrency": 2})
     django_ojs.enqueue_many([{"type": "plain", "queue": "api"} for _ in range(40)])
-    barrier = threading.Barrier(threads)
-    errors: list[BaseException] = []
-    peaks: list[int] = []
-    done = threading.Event()
-
-    def watch():
-        while not done.is_set():
-            peaks.append(Job.objects.filter(state="active").count())
-        connections.close_all()
-
-    def worker(index):
-        try:
-            barrier.wait()
-            while Job.objects.exclude(state="completed").exists():
-                for job in lifecycle.fetch(["api"], 3, worker_id=f"w-{index}"):
-                    lifecycle.ack(job.id, worker_id=f"w-{index}")
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(timeout=120)
-    done.set()
-    watcher.join(timeout=30)
-    assert not errors, errors
-    assert max(peaks) <= limit
+    assert _race_fetchers(8 if connection.vendor == "postgresql" else 3) <= 2

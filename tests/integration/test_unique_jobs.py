@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 import django_ojs
@@ -14,6 +13,7 @@ from django_ojs import lifecycle
 from django_ojs.exceptions import DuplicateJob, ValidationError
 from django_ojs.models import Event, Job
 from tests.integration.api_support import assert_ojs_error, client
+from tests.threads import run_threads
 
 pytestmark = pytest.mark.django_db
 
@@ -178,14 +178,11 @@ def test_http_bad_policy_is_400():
 @pytest.mark.parametrize("batch", [False, True])
 def test_concurrent_pushes_of_one_key_create_exactly_one_job(batch):
     threads = 16 if connection.vendor == "postgresql" else 4
-    barrier = threading.Barrier(threads)
     outcomes: list[str] = []
-    errors: list[BaseException] = []
 
     def push(index):
+        spec = {"type": "hook.receive", "args": ["evt_1"], "unique": {"keys": ["args"]}}
         try:
-            barrier.wait()
-            spec = {"type": "hook.receive", "args": ["evt_1"], "unique": {"keys": ["args"]}}
             if batch:
                 django_ojs.enqueue_many([{"type": "other", "args": [index]}, spec])
             else:
@@ -193,17 +190,8 @@ def test_concurrent_pushes_of_one_key_create_exactly_one_job(batch):
             outcomes.append("created")
         except DuplicateJob:
             outcomes.append("duplicate")
-        except BaseException as exc:  # surfaced by the assertion below
-            errors.append(exc)
-        finally:
-            connections.close_all()
 
-    workers = [threading.Thread(target=push, args=(i,)) for i in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(timeout=120)
-    assert not errors, errors
+    run_threads(threads, push)
     assert sorted(outcomes) == ["created"] + ["duplicate"] * (threads - 1)
     assert Job.objects.filter(type="hook.receive").count() == 1
     # a refused batch left nothing behind (all or nothing)
