@@ -285,6 +285,7 @@ class CronJob(models.Model):
         SKIP = "skip"
         ALLOW = "allow"
         CANCEL_PREVIOUS = "cancel_previous"
+        ENQUEUE = "enqueue"
 
     class Origin(models.TextChoices):
         API = "api", "HTTP API or admin"

@@ -84,6 +84,12 @@ def register(
         raise ValidationError(
             f"overlap_policy must be one of {', '.join(OVERLAP_POLICIES)}", field="overlap_policy"
         )
+    if policy == CronJob.Overlap.ENQUEUE and (body["options"] or {}).get("rate_limit"):
+        raise ValidationError(
+            "overlap_policy 'enqueue' runs one job at a time with the rate-limit key "
+            f"cron:{name}; remove options.rate_limit",
+            field="overlap_policy",
+        )
     if enabled is not None and not isinstance(enabled, bool):
         raise ValidationError("enabled must be a boolean", field="enabled")
     if description is not None and not isinstance(description, str):
@@ -188,6 +194,10 @@ def _spec(entry: CronJob, slot: datetime, now: datetime, *, manual: bool = False
     meta.update(cron_name=entry.name, cron_scheduled_at=_ts(slot), cron_triggered_at=_ts(now))
     if manual:
         meta["cron_manual"] = True
+    if entry.overlap_policy == CronJob.Overlap.ENQUEUE:
+        # cron §6.1 "enqueue": every run is queued, never two at once. A concurrency limit
+        # of 1 on the entry's own key holds them back while one runs (rate-limiting §5.1).
+        options["rate_limit"] = {"key": f"cron:{entry.name}", "concurrency": 1}
     body = {"type": entry.type, "args": entry.args, "meta": meta, "options": options}
     return envelope.from_wire(
         body, max_bytes=settings.MAX_ENVELOPE_BYTES, retry_base=default_retry_policy()
@@ -254,6 +264,8 @@ def _fire(name: str, now: datetime, using: str) -> str:
         CronJob.objects.using(using).filter(pk=name).update(
             last_job_id=job.id, run_count=F("run_count") + 1
         )
+        if entry.overlap_policy == CronJob.Overlap.ENQUEUE:
+            _warn_backlog(name, using)
         events.emit_other(
             "cron.triggered", name, using, queue=job.queue, cron_name=name,
             job_id=str(job.id), job_type=job.type, scheduled_at=_ts(slot),
@@ -261,6 +273,18 @@ def _fire(name: str, now: datetime, using: str) -> str:
             missed=_missed(rule, slot, following),
         )  # fmt: skip
     return "fired"
+
+
+def _warn_backlog(name: str, using: str) -> None:
+    """Cron §6.1: log a warning when more than 2 runs of an ``enqueue`` entry wait."""
+    waiting = Job.objects.using(using).filter(rate_key=f"cron:{name}", state=JobState.AVAILABLE)
+    count = waiting.count()
+    if count > 2:
+        logger.warning(
+            "cron job %s: %d runs are queued behind a running one (overlap_policy 'enqueue')",
+            name,
+            count,
+        )
 
 
 def _missed(rule: schedule.Schedule, slot: datetime, following: datetime) -> int:

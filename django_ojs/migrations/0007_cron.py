@@ -20,7 +20,7 @@ class Migration(migrations.Migration):
                 ('type', models.CharField(max_length=255)),
                 ('args', models.JSONField(blank=True, default=list)),
                 ('options', models.JSONField(blank=True, default=dict)),
-                ('overlap_policy', models.CharField(choices=[('skip', 'Skip'), ('allow', 'Allow'), ('cancel_previous', 'Cancel Previous')], default='skip', max_length=16)),
+                ('overlap_policy', models.CharField(choices=[('skip', 'Skip'), ('allow', 'Allow'), ('cancel_previous', 'Cancel Previous'), ('enqueue', 'Enqueue')], default='skip', max_length=16)),
                 ('enabled', models.BooleanField(default=True)),
                 ('description', models.TextField(blank=True, default='')),
                 ('origin', models.CharField(choices=[('api', 'HTTP API or admin'), ('settings', 'OJS_CRON setting'), ('code', '@periodic decorator')], default='api', max_length=16)),

@@ -238,3 +238,22 @@ def test_http_registering_needs_the_admin_scope():
     body = {"name": "x", "cron": "@daily", "type": "a.b"}
     assert_ojs_error(client("producer").post("/cron", body), 403, "permission_denied")
     assert client("operator").get("/cron").status_code == 200
+
+
+def test_enqueue_overlap_queues_runs_but_never_runs_two_at_once(caplog):
+    _register(overlap_policy="enqueue")
+    for _ in range(4):
+        _make_due("nightly")
+        assert lifecycle.fire_due_cron() == (1, 0)
+    assert Job.objects.count() == 4
+    (running,) = lifecycle.fetch(["reports"], 10, worker_id="w-1")
+    assert lifecycle.fetch(["reports"], 10, worker_id="w-2") == []  # the others wait
+    lifecycle.ack(running.id, worker_id="w-1")
+    assert len(lifecycle.fetch(["reports"], 10, worker_id="w-2")) == 1
+    assert "runs are queued behind a running one" in caplog.text
+
+
+def test_enqueue_overlap_refuses_a_template_rate_limit():
+    with pytest.raises(ValidationError) as info:
+        _register(overlap_policy="enqueue", options={"rate_limit": {"concurrency": 2}})
+    assert info.value.field == "overlap_policy"
