@@ -270,6 +270,20 @@ class Queue(models.Model):
         return self.name
 
 
+class RateLimitState(models.Model):
+    """Whether a rate-limit key is holding jobs back, to report each change once (§11.1)."""
+
+    key = models.CharField(max_length=255, primary_key=True)
+    held = models.BooleanField(default=False)
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "ojs_rate_limit_state"
+
+    def __str__(self) -> str:
+        return self.key
+
+
 _now = timezone.now
 
 

@@ -168,3 +168,14 @@ def reset_at(rule: RateLimit, usage: Usage, oldest_in_window: datetime | None) -
     if rule.throttle is not None and usage.last_started_at is not None:
         times.append(usage.last_started_at + rule.throttle.period / rule.throttle.limit)
     return max(times) if times else None
+
+
+def binding(rule: RateLimit, usage: Usage, now: datetime) -> tuple[str, int, int]:
+    """The limit that holds a key back: ``(strategy, limit, current)`` (§11.1 event data)."""
+    if rule.concurrency is not None and usage.active >= rule.concurrency:
+        return "concurrency", rule.concurrency, usage.active
+    if rule.rate is not None and usage.started_in_rate_window >= rule.rate.limit:
+        return "rate", rule.rate.limit, usage.started_in_rate_window
+    if rule.throttle is not None:
+        return "throttle", rule.throttle.limit, 1
+    return "concurrency", rule.concurrency or 0, usage.active

@@ -21,7 +21,7 @@ from django_ojs.drivers import Listener, get_driver
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.store import db
-from django_ojs.models import Job, Queue, Worker
+from django_ojs.models import Job, Queue, RateLimitState, Worker
 from django_ojs.policy import configured
 from django_ojs.states import JobState
 from django_ojs.validation import (
@@ -152,9 +152,10 @@ def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
     if queue_limits and queue_limits.get("concurrency") is not None:
         active = Job.objects.using(using).filter(state=JobState.ACTIVE, queue=queue).count()
         budget = min(budget, max(queue_limits["concurrency"] - active, 0))
-    allowed = {key: ratelimit.allowance(rule, usage_of(key, rule, now, using)[0], now)
-               for key, rule in rules.items()}  # fmt: skip
+    usages = {key: usage_of(key, rule, now, using)[0] for key, rule in rules.items()}
+    allowed = {key: ratelimit.allowance(rules[key], usages[key], now) for key in rules}
     chosen: list[Any] = []
+    first: dict[str, Any] = {}
     for job_id, key, _ in candidates:
         if len(chosen) >= budget:
             break
@@ -162,8 +163,39 @@ def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
             if allowed[key] <= 0:
                 continue
             allowed[key] -= 1
+            first.setdefault(key, job_id)
         chosen.append(job_id)
+    _report_changes(rules, usages, first, queue, now, using)
     return chosen
+
+
+def _report_changes(
+    rules: dict[str, ratelimit.RateLimit],
+    usages: dict[str, ratelimit.Usage],
+    started: dict[str, Any],
+    queue: str,
+    now: datetime,
+    using: str,
+) -> None:
+    """Emit ``rate_limit.exceeded`` when a key starts holding jobs back, ``released`` when it
+    lets one go again (rate-limiting §11.1), once per change, not once per fetch."""
+    held = {key for key in rules if key not in started}
+    states = RateLimitState.objects.using(using)
+    was_held = set(states.filter(key__in=list(rules), held=True).values_list("key", flat=True))
+    for key in sorted(held - was_held):
+        strategy, limit, current = ratelimit.binding(rules[key], usages[key], now)
+        states.update_or_create(key=key, defaults={"held": True, "changed_at": now})
+        events.emit_other(
+            "rate_limit.exceeded", key, using, queue=queue, key=key, strategy=strategy,
+            limit=limit, current=current,
+        )  # fmt: skip
+    for key in sorted(was_held - held):
+        strategy, _, _ = ratelimit.binding(rules[key], usages[key], now)
+        states.filter(key=key).update(held=False, changed_at=now)
+        events.emit_other(
+            "rate_limit.released", key, using, queue=queue, key=key, strategy=strategy,
+            job_id=str(started[key]),
+        )  # fmt: skip
 
 
 #: Prefix of the lock name of a queue with queue-level limits.

@@ -196,3 +196,21 @@ def test_concurrent_fetchers_never_exceed_a_queue_limit():
     lifecycle.set_queue_limits("api", {"concurrency": 2})
     django_ojs.enqueue_many([{"type": "plain", "queue": "api"} for _ in range(40)])
     assert _race_fetchers(8 if connection.vendor == "postgresql" else 3) <= 2
+
+
+def test_exceeded_and_released_events_once_per_change():
+    from django_ojs.models import Event
+
+    _push(3, {"key": "stripe", "concurrency": 1})
+    (first,) = _fetch()
+    assert _fetch() == [] and _fetch() == []
+    exceeded = Event.objects.filter(type="rate_limit.exceeded")
+    assert exceeded.count() == 1
+    assert exceeded.get().data | {"queue": None} == {
+        "key": "stripe", "strategy": "concurrency", "limit": 1, "current": 1, "queue": None,
+    }  # fmt: skip
+    lifecycle.ack(first.id, worker_id="w-1")
+    (second,) = _fetch()
+    released = Event.objects.get(type="rate_limit.released")
+    assert released.data["key"] == "stripe" and released.data["job_id"] == str(second.id)
+    assert Event.objects.filter(type="rate_limit.exceeded").count() == 1
