@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, Q
 from django.utils import timezone
 
 from django_ojs import ratelimit
@@ -127,19 +127,20 @@ def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
     after the other: a limit is never exceeded (§6.2). Jobs held back stay ``available``
     and are skipped (``on_limit: wait``, §8.1); both limits apply when both exist (§7.2).
     """
-    queue_limits = (
-        Queue.objects.using(using).filter(name=queue).values_list("limits", flat=True).first()
-    )
-    waiting = Job.objects.using(using).filter(state=JobState.AVAILABLE, queue=queue)
-    if not queue_limits:
-        waiting = waiting.filter(rate_key__isnull=False)
+    # One statement when there is nothing to do (an idle worker's poll): rate-limited jobs,
+    # or any job when the queue has a queue-level limit.
+    limited_queue = Queue.objects.using(using).filter(name=queue, limits__isnull=False)
     candidates = list(
-        waiting.filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
+        Job.objects.using(using)
+        .filter(state=JobState.AVAILABLE, queue=queue)
+        .filter(Q(rate_key__isnull=False) | Q(Exists(limited_queue)))
+        .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
         .order_by("-priority", "id")
         .values_list("id", "rate_key", "rate_limit")[: max(limit * 4, 50)]
     )
     if not candidates:
         return []
+    queue_limits = limited_queue.values_list("limits", flat=True).first()
     rules: dict[str, ratelimit.RateLimit] = {}
     for _, key, wire in candidates:
         if key is not None and key not in rules and isinstance(wire, dict):

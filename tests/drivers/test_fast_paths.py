@@ -81,6 +81,14 @@ def test_fetch_claims_in_one_statement(received, django_capture_on_commit_callba
     assert_signalled_as_stored(received, {"job.started"})
 
 
+def test_a_fetch_that_leaves_room_looks_for_limited_jobs_once():
+    # An idle worker's poll: the claim, then one look for rate-limited jobs (none here).
+    with CaptureQueriesContext(connection) as q:
+        assert lifecycle.fetch(["default"], 5, worker_id="w-fast") == []
+    sql = statements(q)
+    assert len(sql) == 4, sql  # lazy promotion, worker upsert, claim, limited jobs
+
+
 def test_ack_and_ack_many_are_one_statement_each(received, django_capture_on_commit_callbacks):
     django_ojs.enqueue_many([{"type": "fast.ack", "args": [i]} for i in range(4)])
     jobs = lifecycle.fetch(["default"], 4, worker_id="w-fast")
