@@ -271,11 +271,14 @@ class Queue(models.Model):
 
 
 class RateLimitState(models.Model):
-    """Whether a rate-limit key is holding jobs back, to report each change once (§11.1)."""
+    """Per rate-limit key: whether it holds jobs back (§11.1 events) and any override."""
 
     key = models.CharField(max_length=255, primary_key=True)
     held = models.BooleanField(default=False)
     changed_at = models.DateTimeField(default=timezone.now)
+    #: An operator's override of the key's limits (rate-limiting §10.2), until a time.
+    override = models.JSONField(null=True, blank=True)
+    override_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "ojs_rate_limit_state"

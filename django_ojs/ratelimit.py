@@ -179,3 +179,16 @@ def binding(rule: RateLimit, usage: Usage, now: datetime) -> tuple[str, int, int
     if rule.throttle is not None:
         return "throttle", rule.throttle.limit, 1
     return "concurrency", rule.concurrency or 0, usage.active
+
+
+def overridden(rule: RateLimit, override: dict[str, Any] | None) -> RateLimit:
+    """``rule`` with the limits an operator set for its key (§10.2) in place of its own."""
+    if not override:
+        return rule
+    extra = from_wire({"key": rule.key, **override})
+    return RateLimit(
+        rule.key,
+        extra.concurrency if "concurrency" in override else rule.concurrency,
+        extra.rate if "rate" in override else rule.rate,
+        extra.throttle if "throttle" in override else rule.throttle,
+    )

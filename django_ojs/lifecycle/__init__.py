@@ -32,7 +32,9 @@ from django_ojs.lifecycle.maintenance import (
 from django_ojs.lifecycle.progress import report_progress
 from django_ojs.lifecycle.push import enqueue, enqueue_many, push, push_many
 from django_ojs.lifecycle.queues import pause_queue, resume_queue, set_queue_limits
+from django_ojs.lifecycle.ratelimits import clear_override as clear_rate_limit_override
 from django_ojs.lifecycle.ratelimits import keys as rate_limit_keys
+from django_ojs.lifecycle.ratelimits import override as override_rate_limit
 from django_ojs.lifecycle.ratelimits import status as rate_limit_status
 from django_ojs.lifecycle.settle import (
     ack,
@@ -56,6 +58,7 @@ __all__ = [
     "activate",
     "beat",
     "cancel",
+    "clear_rate_limit_override",
     "database",
     "delete_cron",
     "delete_discarded",
@@ -71,6 +74,7 @@ __all__ = [
     "get_cron",
     "lead",
     "listen",
+    "override_rate_limit",
     "pause_queue",
     "promote_due",
     "prune",

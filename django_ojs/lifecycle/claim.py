@@ -149,6 +149,10 @@ def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
     if queue_limits:
         locks.append(QUEUE_LOCK_PREFIX + queue)
     get_driver(using).lock_keys(locks)
+    states = {s.key: s for s in RateLimitState.objects.using(using).filter(key__in=list(rules))}
+    for key, state in states.items():
+        if state.override and (state.override_until is None or state.override_until > now):
+            rules[key] = ratelimit.overridden(rules[key], state.override)
     budget = limit
     if queue_limits and queue_limits.get("concurrency") is not None:
         active = Job.objects.using(using).filter(state=JobState.ACTIVE, queue=queue).count()
@@ -166,7 +170,7 @@ def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
             allowed[key] -= 1
             first.setdefault(key, job_id)
         chosen.append(job_id)
-    _report_changes(rules, usages, first, queue, now, using)
+    _report_changes(rules, usages, first, states, queue, now, using)
     return chosen
 
 
@@ -174,6 +178,7 @@ def _report_changes(
     rules: dict[str, ratelimit.RateLimit],
     usages: dict[str, ratelimit.Usage],
     started: dict[str, Any],
+    known: dict[str, RateLimitState],
     queue: str,
     now: datetime,
     using: str,
@@ -182,7 +187,7 @@ def _report_changes(
     lets one go again (rate-limiting §11.1), once per change, not once per fetch."""
     held = {key for key in rules if key not in started}
     states = RateLimitState.objects.using(using)
-    was_held = set(states.filter(key__in=list(rules), held=True).values_list("key", flat=True))
+    was_held = {key for key, state in known.items() if state.held}
     for key in sorted(held - was_held):
         strategy, limit, current = ratelimit.binding(rules[key], usages[key], now)
         states.update_or_create(key=key, defaults={"held": True, "changed_at": now})

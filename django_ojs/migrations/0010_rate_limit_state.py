@@ -17,6 +17,8 @@ class Migration(migrations.Migration):
                 ('key', models.CharField(max_length=255, primary_key=True, serialize=False)),
                 ('held', models.BooleanField(default=False)),
                 ('changed_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('override', models.JSONField(blank=True, null=True)),
+                ('override_until', models.DateTimeField(blank=True, null=True)),
             ],
             options={
                 'db_table': 'ojs_rate_limit_state',

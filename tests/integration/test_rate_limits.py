@@ -214,3 +214,31 @@ def test_exceeded_and_released_events_once_per_change():
     released = Event.objects.get(type="rate_limit.released")
     assert released.data["key"] == "stripe" and released.data["job_id"] == str(second.id)
     assert Event.objects.filter(type="rate_limit.exceeded").count() == 1
+
+
+def test_an_override_replaces_the_jobs_limits_until_removed_or_expired():
+    _push(4, {"key": "partner", "concurrency": 3})
+    lifecycle.override_rate_limit("partner", {"concurrency": 0})  # the partner is down
+    assert _fetch() == []
+    lifecycle.clear_rate_limit_override("partner")
+    assert len(_fetch()) == 3
+    lifecycle.override_rate_limit(
+        "partner", {"concurrency": 9}, until=timezone.now() - timedelta(seconds=1)
+    )
+    assert _fetch() == []  # expired: the jobs' own limit (3 running) applies
+
+
+def test_http_override():
+    _push(2, {"key": "partner", "concurrency": 1})
+    api = client("admin")
+    put = api.request("PUT", "/rate-limits/partner",
+                      {"concurrency": 0, "expires_at": "2099-01-01T00:00:00Z"})  # fmt: skip
+    assert put.status_code == 200, put.body
+    assert put.body["concurrency"]["limit"] == 0
+    assert put.body["override"] == {"concurrency": 0, "expires_at": "2099-01-01T00:00:00.000Z"}
+    assert _fetch() == []
+    assert "override" not in api.delete("/rate-limits/partner").body
+    assert len(_fetch()) == 1
+    assert_ojs_error(api.request("PUT", "/rate-limits/partner", {"concurrency": -2}), 400)
+    assert_ojs_error(api.request("PUT", "/rate-limits/partner", {"speed": 1}), 400)
+    assert_ojs_error(client("operator").request("PUT", "/rate-limits/partner", {}), 403)

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 
 from django_ojs import lifecycle
 from django_ojs.api import pagination
-from django_ojs.api.permissions import INSPECT
+from django_ojs.api.permissions import INSPECT, MANAGE
 from django_ojs.api.views.base import OJSView
 
 
@@ -26,9 +26,21 @@ class RateLimitListView(OJSView):
 
 
 class RateLimitDetailView(OJSView):
-    """``GET /ojs/v1/rate-limits/{key}``: limits, current use, window reset, waiting jobs."""
+    """``GET /ojs/v1/rate-limits/{key}``: limits, current use, window reset, waiting jobs;
+    ``PUT`` overrides the key's limits (§10.2), ``DELETE`` removes the override."""
 
-    operation = INSPECT
+    operation = {"GET": INSPECT, "PUT": MANAGE, "DELETE": MANAGE}
 
     def get(self, request: Any, key: str) -> Response:
+        return Response(lifecycle.rate_limit_status(key))
+
+    def put(self, request: Any, key: str) -> Response:
+        body = self.body(request)
+        lifecycle.override_rate_limit(
+            key, body, until=body.get("expires_at"), actor=self.actor(request)
+        )
+        return Response(lifecycle.rate_limit_status(key))
+
+    def delete(self, request: Any, key: str) -> Response:
+        lifecycle.clear_rate_limit_override(key, actor=self.actor(request))
         return Response(lifecycle.rate_limit_status(key))
