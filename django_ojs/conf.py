@@ -198,6 +198,12 @@ class Settings:
         return str(self._get("OJS_RESPONSE_CONTENT_TYPE", DEFAULT_RESPONSE_CONTENT_TYPE))
 
     @property
+    def API_RATE_LIMIT(self) -> str | None:
+        """Requests per caller on the HTTP API (``"1000/min"``); ``None``: no limit."""
+        value = self._get("OJS_API_RATE_LIMIT", None)
+        return None if value is None else str(value)
+
+    @property
     def MAX_REQUEST_BYTES(self) -> int:
         """Largest accepted HTTP request body in bytes."""
         return int(self._get("OJS_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES))

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_ojs.actors import Actor
-from django_ojs.api import exceptions, permissions, wire
+from django_ojs.api import exceptions, permissions, throttling, wire
 from django_ojs.api.serializers import require_object
 from django_ojs.conf import settings
 from django_ojs.exceptions import NotFound, Unsupported, ValidationError
@@ -39,7 +39,7 @@ class OJSView(APIView):
     renderer_classes = [wire.OJSRenderer]
     content_negotiation_class = wire.OJSContentNegotiation
     permission_classes = [permissions.HasScope]
-    throttle_classes: list[Any] = []
+    throttle_classes: list[Any] = [throttling.CallerRateThrottle]
     metadata_class = None
     versioning_class = None
 
@@ -79,6 +79,8 @@ class OJSView(APIView):
             getattr(request, "_request", None), "ojs_request_id", ""
         )
         response["Cache-Control"] = "no-store"
+        for name, value in getattr(request, "ojs_rate_limit", {}).items():
+            response[name] = value  # rate-limiting §10.4, when OJS_API_RATE_LIMIT is set
         return response
 
     # ----------------------------------------------------------------- helpers
