@@ -121,6 +121,17 @@ class JobNotFound(NotFound):
         self.job_id = job_id
 
 
+class WorkflowNotFound(NotFound):
+    """The workflow does not exist."""
+
+    def __init__(self, workflow_id: object, message: str | None = None):
+        super().__init__(
+            message or f"Workflow '{workflow_id}' not found.",
+            details={"resource_type": "workflow", "resource_id": str(workflow_id)},
+        )
+        self.workflow_id = workflow_id
+
+
 class InvalidTransition(OJSError):
     """The job's current state does not allow this operation."""
 

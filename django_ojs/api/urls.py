@@ -36,6 +36,12 @@ v1 = [
         name="dead-letter-retry",
     ),
     path("events", views.EventListView.as_view(), name="event-list"),
+    path("workflows", views.WorkflowListView.as_view(), name="workflow-list"),
+    path(
+        "workflows/<str:workflow_id>",
+        views.WorkflowDetailView.as_view(),
+        name="workflow-detail",
+    ),
 ]
 
 urlpatterns = [

@@ -38,6 +38,10 @@ from django_ojs.lifecycle.settle import (
 )
 from django_ojs.lifecycle.store import db as database
 from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, set_directive
+from django_ojs.lifecycle.workflows import cancel as cancel_workflow
+from django_ojs.lifecycle.workflows import create as create_workflow
+from django_ojs.lifecycle.workflows import get as get_workflow
+from django_ojs.lifecycle.workflows import job_spec
 
 __all__ = [
     "MAINTENANCE_BATCH",
@@ -47,6 +51,8 @@ __all__ = [
     "activate",
     "beat",
     "cancel",
+    "cancel_workflow",
+    "create_workflow",
     "database",
     "delete_discarded",
     "deregister",
@@ -57,6 +63,8 @@ __all__ = [
     "fail",
     "fail_many",
     "fetch",
+    "get_workflow",
+    "job_spec",
     "lead",
     "listen",
     "pause_queue",

@@ -24,6 +24,7 @@ from django_ojs.api.views.workers import (
     NackView,
     ProgressView,
 )
+from django_ojs.api.views.workflows import WorkflowDetailView, WorkflowListView
 
 __all__ = [
     "AckView",
@@ -47,4 +48,6 @@ __all__ = [
     "QueuePauseView",
     "QueueResumeView",
     "QueueStatsView",
+    "WorkflowDetailView",
+    "WorkflowListView",
 ]

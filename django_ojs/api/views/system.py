@@ -51,7 +51,7 @@ class ManifestView(OJSView):
                     "rate_limiting": False,
                     "schema_validation": False,
                     "unique_jobs": False,
-                    "workflows": False,
+                    "workflows": True,
                     "pause_resume": True,
                     "heartbeats": True,
                     "events": True,
