@@ -200,3 +200,32 @@ def test_invalid_workflows_are_refused(kind, kwargs):
             django_ojs.batch(job("v.a"))
         else:
             django_ojs.chain()
+
+
+def test_reaper_failures_and_expiry_move_the_workflow():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    lost = django_ojs.chain(
+        job("l.a", queue="l", visibility_timeout=1, retry={"max_attempts": 1}),
+        job("l.b", queue="l"),
+    )
+    lifecycle.fetch(["l"], worker_id="w")
+    lifecycle.rescue_expired(now=timezone.now() + timedelta(seconds=2))
+    lost.refresh_from_db()
+    assert (lost.state, lost.failed, lost.cancelled) == ("failed", 1, 1)
+
+    stale = django_ojs.group(job("s.a", queue="s", expires_at=timedelta(seconds=1)))
+    lifecycle.expire_stale(now=timezone.now() + timedelta(seconds=2))
+    stale.refresh_from_db()
+    assert (stale.state, stale.failed) == ("failed", 1)
+
+
+def test_cancelling_a_member_job_fails_the_chain():
+    wf = django_ojs.chain(job("k.a", queue="k"), job("k.b", queue="k"))
+    first = Job.objects.get(workflow=wf, workflow_step=0)
+    lifecycle.cancel(first.id)
+    wf.refresh_from_db()
+    assert (wf.state, wf.cancelled) == ("failed", 2)
+    assert wf.error["failed_step_index"] == 0
