@@ -34,10 +34,11 @@ from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import InvalidTransition, ValidationError, WorkflowNotFound
 from django_ojs.lifecycle import audit, events
-from django_ojs.lifecycle.push import _check_types, job_row
+from django_ojs.lifecycle.push import build_spec, check_types, job_row
 from django_ojs.lifecycle.store import RELEASE, cas, db
 from django_ojs.models import Job, Workflow
 from django_ojs.policy import default_retry_policy
+from django_ojs.retry import RetryPolicy
 from django_ojs.states import JobState
 
 KINDS = ("chain", "group", "batch")
@@ -91,7 +92,7 @@ def create(
     if kind != "batch" and callbacks:
         raise ValidationError(f"A {kind} has no callbacks; use a batch.", field="callbacks")
     ordered = [(name_, callbacks[name_]) for name_ in CALLBACKS if name_ in callbacks]
-    _check_types([*jobs, *(spec for _, spec in ordered)])
+    check_types([*jobs, *(spec for _, spec in ordered)])
     now = timezone.now()
     default_max_attempts = default_retry_policy().max_attempts
     with transaction.atomic(using=using):
@@ -272,8 +273,6 @@ def resume(job: Job, using: str, now: datetime) -> None:
 
 def _spec_of(job: Job) -> JobSpec:
     """The spec a ``pending`` copy of ``job`` is created from (a resumed chain's step)."""
-    from django_ojs.retry import RetryPolicy
-
     return JobSpec(
         type=job.type,
         args=job.args,
@@ -487,6 +486,4 @@ def _emit(workflow: Workflow, kind: str, using: str, **data: Any) -> None:
 
 def job_spec(type: str, args: Any = (), **options: Any) -> JobSpec:
     """A validated job spec with :func:`~django_ojs.enqueue`'s options (a workflow step)."""
-    from django_ojs.lifecycle.push import _spec
-
-    return _spec(type, args, options)
+    return build_spec(type, args, options)
