@@ -1,5 +1,5 @@
 """The operator console in the Django admin: jobs, dead letter, workers, queues, dashboard,
-API keys, and the audit trail.
+API keys, workflows, and the audit trail.
 
 Adapter code only: every action parses the selection, makes one ``django_ojs.lifecycle``
 (or ``django_ojs.queues``) call per object and reports what happened. No ORM writes, no
@@ -8,6 +8,24 @@ transactions and no state decisions here: the core refuses what a state does not
 
 from __future__ import annotations
 
-from django_ojs.admin import apikeys, audit, dashboard, dead_letter, jobs, queues, workers
+from django_ojs.admin import (
+    apikeys,
+    audit,
+    dashboard,
+    dead_letter,
+    jobs,
+    queues,
+    workers,
+    workflows,
+)
 
-__all__ = ["apikeys", "audit", "dashboard", "dead_letter", "jobs", "queues", "workers"]
+__all__ = [
+    "apikeys",
+    "audit",
+    "dashboard",
+    "dead_letter",
+    "jobs",
+    "queues",
+    "workers",
+    "workflows",
+]

@@ -42,6 +42,7 @@ from django_ojs.lifecycle.workflows import cancel as cancel_workflow
 from django_ojs.lifecycle.workflows import create as create_workflow
 from django_ojs.lifecycle.workflows import get as get_workflow
 from django_ojs.lifecycle.workflows import job_spec
+from django_ojs.lifecycle.workflows import retry_failed as retry_failed_steps
 
 __all__ = [
     "MAINTENANCE_BATCH",
@@ -80,6 +81,7 @@ __all__ = [
     "rescue_expired",
     "resume_queue",
     "retry_discarded",
+    "retry_failed_steps",
     "run_now",
     "set_directive",
 ]

@@ -234,18 +234,29 @@ def resume(job: Job, using: str, now: datetime) -> None:
         return
     workflow = _locked(job.workflow_id, using)
     if workflow.state not in {"running", "failed"} or workflow.fired:
-        return  # callbacks already ran on the old outcome: nothing to resume into
+        # Its outcome is final (cancelled, or callbacks already ran on it): a retried
+        # member would count twice. The caller's transaction (the retry) rolls back.
+        why = "its callbacks have run" if workflow.fired else f"it is {workflow.state}"
+        raise InvalidTransition(
+            job.id, "discarded", "retry a workflow step", {"failed", "running"},
+            message=f"Job '{job.id}' belongs to workflow '{workflow.id}' and {why}: "
+            "it cannot be retried.",
+        )  # fmt: skip
     if workflow.kind == "chain":
         if workflow.state != "failed":
             return
-        later = Job.objects.using(using).filter(
-            workflow_id=workflow.id,
-            workflow_step__gt=job.workflow_step,
-            state=JobState.CANCELLED,
-        )
+        newest: dict[int, Job] = {}  # per step, its newest row (earlier resumes left rows)
+        for row in (
+            Job.objects.using(using)
+            .filter(workflow_id=workflow.id, workflow_step__gt=job.workflow_step)
+            .order_by("workflow_step", "id")
+        ):
+            newest[row.workflow_step] = row  # type: ignore[index]
         default_max_attempts = default_retry_policy().max_attempts
         copies = []
-        for step in later.order_by("workflow_step", "id"):
+        for step in newest.values():
+            if step.state != JobState.CANCELLED:
+                continue
             copy = job_row(_spec_of(step), now, default_max_attempts)
             copy.workflow_id = workflow.id
             copy.workflow_step = step.workflow_step
@@ -266,6 +277,33 @@ def resume(job: Job, using: str, now: datetime) -> None:
         _transition(workflow, "running")
         workflow.finished_at = None
     _save(workflow, using)
+
+
+def retry_failed(
+    workflow_id: Any, *, actor: Actor | None = None, using: str | None = None
+) -> list[Job]:
+    """Operator action: send the failed (dead-lettered) steps of a workflow back to work.
+
+    Each goes through the dead-letter retry (``retry_discarded``), which re-opens the
+    workflow: counters corrected, state ``failed → running``, and for a chain, fresh
+    ``pending`` copies of the steps its failure cancelled. All or nothing.
+    """
+    from django_ojs.lifecycle.settle import retry_discarded  # settle imports this module
+
+    using = db(using)
+    with transaction.atomic(using=using):
+        workflow = get(workflow_id, using=using)
+        failed = list(
+            Job.objects.using(using)
+            .filter(workflow_id=workflow.id, workflow_step__gte=0, state=JobState.DISCARDED)
+            .order_by("workflow_step", "id")
+        )
+        if not failed:
+            raise InvalidTransition(
+                workflow.id, workflow.state, "retry failed steps", {"failed", "running"},
+                message=f"Workflow '{workflow.id}' has no failed step to retry.",
+            )  # fmt: skip
+        return [retry_discarded(job.id, actor=actor, using=using) for job in failed]
 
 
 # ---------------------------------------------------------------------- internals
