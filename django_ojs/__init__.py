@@ -26,13 +26,17 @@ __all__ = [
     "__version__",
     "ack",
     "activate",
+    "batch",
     "beat",
     "cancel",
+    "chain",
     "enqueue",
     "enqueue_many",
     "fail",
     "fetch",
+    "group",
     "handler",
+    "job",
     "periodic",
     "retry_discarded",
 ]
@@ -58,6 +62,10 @@ _LAZY = {
     "activate": "django_ojs.lifecycle",
     "beat": "django_ojs.lifecycle",
     "retry_discarded": "django_ojs.lifecycle",
+    "chain": "django_ojs.workflows",
+    "group": "django_ojs.workflows",
+    "batch": "django_ojs.workflows",
+    "job": "django_ojs.workflows",
 }
 
 if TYPE_CHECKING:
@@ -78,6 +86,7 @@ if TYPE_CHECKING:
     from django_ojs.registry import handler, periodic
     from django_ojs.retry import RetryPolicy
     from django_ojs.states import JobState
+    from django_ojs.workflows import batch, chain, group, job
 
 
 def __getattr__(name: str) -> Any:

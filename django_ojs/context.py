@@ -99,6 +99,19 @@ class JobContext:
         return dict(self.job.get("meta") or {})
 
     @property
+    def workflow_id(self) -> str | None:
+        """The id of the workflow this job belongs to, ``None`` outside workflows."""
+        value = self.job.get("workflow_id")
+        return str(value) if value is not None else None
+
+    @property
+    def parent_results(self) -> list[Any]:
+        """Results of the upstream jobs (workflows §7): ``parent_results[i]`` is the result
+        of chain step ``i`` (for step N, steps 0..N-1), or of batch member ``i`` in a
+        batch callback. Empty for the first step and outside workflows."""
+        return list(self.job.get("parent_results") or [])
+
+    @property
     def is_cancelled(self) -> bool:
         """True once the handler has been asked to stop."""
         return self.cancelled.is_set()

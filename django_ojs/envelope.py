@@ -480,4 +480,11 @@ def to_wire(job: Any, *, default_retry: RetryPolicy | None = None) -> dict[str, 
         out["result"] = job.result
     if job.state == "discarded":
         out["dead_letter"] = job.dead_letter
+    deferred = job.get_deferred_fields() if hasattr(job, "get_deferred_fields") else ()
+    workflow_id = None if "workflow_id" in deferred else getattr(job, "workflow_id", None)
+    if workflow_id is not None:
+        # Workflows §7.1: upstream results, indexed by step (chain) or member (batch).
+        out["workflow_id"] = str(workflow_id)
+        out["workflow_step"] = job.workflow_step
+        out["parent_results"] = job.parent_results if job.parent_results is not None else []
     return out

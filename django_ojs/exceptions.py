@@ -128,6 +128,17 @@ class CronNotFound(NotFound):
         super().__init__(f"Cron job '{name}' not found.", details={"name": name})
 
 
+class WorkflowNotFound(NotFound):
+    """The workflow does not exist."""
+
+    def __init__(self, workflow_id: object, message: str | None = None):
+        super().__init__(
+            message or f"Workflow '{workflow_id}' not found.",
+            details={"resource_type": "workflow", "resource_id": str(workflow_id)},
+        )
+        self.workflow_id = workflow_id
+
+
 class InvalidTransition(OJSError):
     """The job's current state does not allow this operation."""
 

@@ -63,6 +63,47 @@ class JobQuerySet(models.QuerySet["Job"]):
 JobManager = models.Manager.from_queryset(JobQuerySet)
 
 
+class Workflow(models.Model):
+    """A chain, group or batch of jobs (OJS workflows §4-§6) and its exact counters.
+
+    Counters and ``state`` are written only by ``lifecycle.workflows``, under the row lock,
+    in the same transaction as the member job's terminal transition.
+    """
+
+    KINDS = ("chain", "group", "batch")
+    STATES = ("pending", "running", "completed", "failed", "cancelled")
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    kind = models.CharField(max_length=16, choices=[(k, k) for k in KINDS])
+    name = models.CharField(max_length=255, blank=True, default="")
+    state = models.CharField(max_length=16, choices=[(s, s) for s in STATES], default="running")
+    total = models.PositiveIntegerField(default=0)
+    completed = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    cancelled = models.PositiveIntegerField(default=0)
+    #: ``{"on_complete"|"on_success"|"on_failure": <job wire dict>}`` (batch only).
+    callbacks = models.JSONField(default=dict, blank=True)
+    #: The callback kinds already enqueued (each fires at most once, §6.5).
+    fired = models.JSONField(default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    #: §9.6: ``{failed_step_index?, failed_job_ids, errors}`` once a member or callback failed.
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "ojs_workflow"
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name or self.id}"
+
+    @property
+    def finished(self) -> int:
+        return self.completed + self.failed + self.cancelled
+
+
 class Job(models.Model):
     """One OJS job: the envelope (core §5), its system attributes and its reservation."""
 
@@ -125,6 +166,14 @@ class Job(models.Model):
     deadline_at = models.DateTimeField(null=True, blank=True)
     #: Earliest of expires_at, enqueue TTL (until first start) and deadline_at.
     stale_at = models.DateTimeField(null=True, blank=True)
+
+    # Workflows (OJS workflows §7): the owning workflow, the step (chain) or member (group,
+    # batch) index, and the upstream results the handler sees as ``parent_results``.
+    workflow = models.ForeignKey(
+        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+    )
+    workflow_step = models.IntegerField(null=True, blank=True)
+    parent_results = models.JSONField(null=True, blank=True)
 
     objects = JobManager()
 

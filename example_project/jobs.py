@@ -30,6 +30,13 @@ def echo(*args: Any) -> list[Any]:
     return list(args)
 
 
+@django_ojs.handler("test.workflow_step")
+def workflow_step(ctx: JobContext, n: int) -> dict[str, Any]:
+    """A workflow step: its number and the numbers of the upstream results it was given."""
+    seen = [p.get("n") if isinstance(p, dict) else p for p in ctx.parent_results]
+    return {"n": n, "seen": seen}
+
+
 @django_ojs.handler("test.noop")
 def noop(*args: Any) -> None:
     """Succeed at once with no result."""

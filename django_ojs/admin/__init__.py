@@ -1,5 +1,5 @@
 """The operator console in the Django admin: jobs, dead letter, workers, queues, dashboard,
-API keys, and the audit trail.
+API keys, workflows, and the audit trail.
 
 Adapter code only: every action parses the selection, makes one ``django_ojs.lifecycle``
 (or ``django_ojs.queues``) call per object and reports what happened. No ORM writes, no
@@ -17,6 +17,17 @@ from django_ojs.admin import (
     jobs,
     queues,
     workers,
+    workflows,
 )
 
-__all__ = ["apikeys", "audit", "cron", "dashboard", "dead_letter", "jobs", "queues", "workers"]
+__all__ = [
+    "apikeys",
+    "audit",
+    "cron",
+    "dashboard",
+    "dead_letter",
+    "jobs",
+    "queues",
+    "workers",
+    "workflows",
+]

@@ -22,6 +22,9 @@ STATE_CSS = {
     "retryable": "ojs-state-retryable",
     "cancelled": "ojs-state-cancelled",
     "discarded": "ojs-state-discarded",
+    # Workflow states (workflows §8.1).
+    "running": "ojs-state-active",
+    "failed": "ojs-state-discarded",
 }
 
 

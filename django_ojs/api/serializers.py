@@ -302,3 +302,158 @@ def event(row: Event) -> dict[str, Any]:
     if isinstance(row.data, dict) and "state" in row.data:
         out["state"] = row.data["state"]
     return out
+
+
+# --------------------------------------------------------------------------- workflows
+
+WORKFLOW_KINDS = ("chain", "group", "batch")
+WORKFLOW_CALLBACKS = ("on_complete", "on_success", "on_failure")
+
+
+def workflow_request(body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /workflows`` → ``{kind, name, jobs, callbacks, metadata}`` (raw job bodies).
+
+    Accepts the workflows spec and suites' ``{type, name, steps | jobs, callbacks}`` and the
+    HTTP binding's ``{name, steps[{id, type, args, depends_on, options}], options}``; a
+    binding graph is a group when no step depends on another and a chain when each step
+    depends on exactly the one before it (other graphs: DAGs, workflows §15, are refused).
+    Workflow-level ``options`` are defaults for every job's ``options``.
+    """
+    kind = body.get("type")
+    steps = body.get("steps")
+    jobs = body.get("jobs")
+    if kind is None:
+        kind = _binding_kind(steps)
+    if kind not in WORKFLOW_KINDS:
+        raise ValidationError(f"type must be one of {', '.join(WORKFLOW_KINDS)}", field="type")
+    field = "steps" if kind == "chain" else "jobs"
+    items = steps if kind == "chain" else (jobs if jobs is not None else steps)
+    if not isinstance(items, list) or not items:
+        raise ValidationError(f"{field} must be a non-empty array of jobs", field=field)
+    defaults = body.get("options")
+    if defaults is not None and not isinstance(defaults, dict):
+        raise ValidationError("options must be an object", field="options")
+    callbacks = body.get("callbacks") or {}
+    if not isinstance(callbacks, dict):
+        raise ValidationError("callbacks must be an object", field="callbacks")
+    name = body.get("name")
+    if name is not None and (not isinstance(name, str) or len(name) > 255):
+        raise ValidationError("name must be a string of at most 255 characters", field="name")
+    metadata = body.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ValidationError("metadata must be an object", field="metadata")
+    return {
+        "kind": kind,
+        "field": field,
+        "name": validation.check_text(name, "name") if name else "",
+        "jobs": [_with_defaults(item, defaults, f"{field}[{i}]") for i, item in enumerate(items)],
+        "callbacks": {
+            key: _with_defaults(value, defaults, f"callbacks.{key}")
+            for key, value in callbacks.items()
+            if value is not None
+        },
+        "metadata": metadata or {},
+    }
+
+
+def _binding_kind(steps: Any) -> str:
+    if not isinstance(steps, list) or not steps:
+        raise ValidationError("steps must be a non-empty array of jobs", field="steps")
+    ids = [s.get("id") if isinstance(s, dict) else None for s in steps]
+    needs = [s.get("depends_on") or [] if isinstance(s, dict) else [] for s in steps]
+    if all(not n for n in needs):
+        return "group" if any(i is not None for i in ids) else "chain"
+    if not needs[0] and all(n == [ids[i - 1]] for i, n in enumerate(needs) if i > 0):
+        return "chain"
+    raise ValidationError(
+        "Only chains (each step depends on the one before) and groups (no dependencies) "
+        "are supported; general dependency graphs are not.",
+        field="steps",
+    )
+
+
+def _with_defaults(item: Any, defaults: dict[str, Any] | None, field: str) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise ValidationError(f"{field} must be a job object", field=field)
+    # A binding step's ``id`` names the step, not the job: dropped with ``depends_on``.
+    dropped = {"depends_on", "id"} if "depends_on" in item else set()
+    out: dict[str, Any] = {k: v for k, v in item.items() if k not in dropped}
+    if "args" not in out:
+        out["args"] = []
+    if defaults:
+        options = out.get("options")
+        if options is not None and not isinstance(options, dict):
+            raise ValidationError(f"{field}.options must be an object", field=f"{field}.options")
+        out["options"] = {**defaults, **(options or {})}
+    return out
+
+
+def workflow(wf: Any, jobs: list[Job]) -> dict[str, Any]:
+    """A workflow with each step's state: the spec's, the binding's and the suites' fields."""
+    ts = envelope.format_timestamp
+    members: dict[int, Job] = {}
+    for job in sorted(jobs, key=lambda j: j.id):
+        if job.workflow_step is not None and job.workflow_step >= 0:
+            members[job.workflow_step] = job  # a resumed chain's newest row wins
+    by_id = {str(job.id): job for job in jobs}
+    steps = [_step(index, job) for index, job in sorted(members.items())]
+    out: dict[str, Any] = {
+        "id": str(wf.id),
+        "type": wf.kind,
+        "name": wf.name or None,
+        "state": wf.state,
+        "steps": steps,
+        "created_at": ts(wf.created_at),
+        "started_at": ts(wf.started_at),
+        "finished_at": ts(wf.finished_at),
+        "completed_at": ts(wf.finished_at) if wf.state in {"completed", "failed"} else None,
+        "metadata": {
+            **(wf.metadata or {}),
+            "created_at": ts(wf.created_at),
+            "started_at": ts(wf.started_at),
+            "job_count": wf.total,
+            "completed_count": wf.completed,
+            "failed_count": wf.failed,
+            "cancelled_count": wf.cancelled,
+        },
+    }
+    if wf.state == "cancelled":
+        out["cancelled_at"] = ts(wf.finished_at)
+    counts = {
+        "total": wf.total,
+        "completed": wf.completed,
+        "failed": wf.failed,
+        "cancelled": wf.cancelled,
+    }
+    prefix = "steps" if wf.kind == "chain" else "jobs"
+    out.update({f"{prefix}_{name}": value for name, value in counts.items()})
+    if wf.kind != "chain":
+        out["jobs"] = steps
+    if wf.callbacks:
+        out["callbacks"] = {
+            name: _step(None, by_id[job_id]) if job_id in by_id else {"job_id": job_id}
+            for name, job_id in wf.callbacks.items()
+        }
+        out["callbacks_fired"] = list(wf.fired or [])
+    if wf.error:
+        out["error"] = wf.error
+    return out
+
+
+def _step(index: int | None, job: Job) -> dict[str, Any]:
+    ts = envelope.format_timestamp
+    step: dict[str, Any] = {
+        "index": index,
+        "type": job.type,
+        "state": str(job.state),
+        "job_id": str(job.id),
+        "queue": job.queue,
+    }
+    optional = {
+        "started_at": ts(job.started_at),
+        "completed_at": ts(job.completed_at),
+        "result": job.result,
+        "error": job.error,
+    }
+    step.update({k: v for k, v in optional.items() if v is not None})
+    return step

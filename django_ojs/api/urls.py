@@ -46,6 +46,12 @@ v1 = [
     path("rate-limits/<str:key>", views.RateLimitDetailView.as_view(), name="rate-limit-detail"),
     path("cron", views.CronListView.as_view(), name="cron-list"),
     path("cron/<str:name>", views.CronDetailView.as_view(), name="cron-detail"),
+    path("workflows", views.WorkflowListView.as_view(), name="workflow-list"),
+    path(
+        "workflows/<str:workflow_id>",
+        views.WorkflowDetailView.as_view(),
+        name="workflow-detail",
+    ),
 ]
 
 urlpatterns = [

@@ -239,8 +239,12 @@ class Driver(ABC):
         events: EventMode,
         source: str,
         fields: Sequence[str] | None,
+        without_workflow: bool = False,
     ) -> Written:
         """ACK: complete each item whose job is still ``active`` (one statement if possible).
+
+        With ``without_workflow``, only jobs outside any workflow qualify: the lifecycle
+        completes workflow members in a transaction that also moves their workflow.
 
         A job qualifies when it is active, on the item's attempt (if given) and reserved
         by ``worker_id`` (when given; a job claimed without a worker id qualifies too).

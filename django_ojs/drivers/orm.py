@@ -93,10 +93,13 @@ class OrmDriver(Driver):
         events: EventMode,
         source: str,
         fields: Sequence[str] | None,
+        without_workflow: bool = False,
     ) -> Written:
         wanted = {item.job_id: item for item in items}
         jobs = Job.objects.using(self.using)
         guard = Q(state="active")
+        if without_workflow:
+            guard &= Q(workflow__isnull=True)
         if worker_id is not None:
             guard &= Q(worker_id=worker_id) | Q(worker_id__isnull=True)
         with transaction.atomic(using=self.using):

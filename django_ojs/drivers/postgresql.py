@@ -145,6 +145,7 @@ WITH input AS (
     WHERE j.id = input.id AND j.state = 'active'
       AND (input.attempt IS NULL OR j.attempt = input.attempt)
       AND (%(worker_id)s::text IS NULL OR j.worker_id IS NULL OR j.worker_id = %(worker_id)s)
+      AND (NOT %(without_workflow)s OR j.workflow_id IS NULL)
     RETURNING {returning}
 ){events}
 SELECT {columns} FROM done AS c{join}
@@ -306,8 +307,10 @@ class PostgreSQLDriver(OrmDriver):
         events: EventMode,
         source: str,
         fields: Sequence[str] | None,
+        without_workflow: bool = False,
     ) -> Written:
         params = {
+            "without_workflow": without_workflow,
             "ids": [item.job_id for item in items],
             "attempts": [item.attempt for item in items],
             "results": [None if item.result is None else json.dumps(item.result) for item in items],

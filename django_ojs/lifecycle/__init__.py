@@ -49,6 +49,11 @@ from django_ojs.lifecycle.settle import (
 )
 from django_ojs.lifecycle.store import db as database
 from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, set_directive
+from django_ojs.lifecycle.workflows import cancel as cancel_workflow
+from django_ojs.lifecycle.workflows import create as create_workflow
+from django_ojs.lifecycle.workflows import get as get_workflow
+from django_ojs.lifecycle.workflows import job_spec
+from django_ojs.lifecycle.workflows import retry_failed as retry_failed_steps
 
 __all__ = [
     "MAINTENANCE_BATCH",
@@ -58,7 +63,9 @@ __all__ = [
     "activate",
     "beat",
     "cancel",
+    "cancel_workflow",
     "clear_rate_limit_override",
+    "create_workflow",
     "database",
     "delete_cron",
     "delete_discarded",
@@ -72,6 +79,8 @@ __all__ = [
     "fetch",
     "fire_due_cron",
     "get_cron",
+    "get_workflow",
+    "job_spec",
     "lead",
     "listen",
     "override_rate_limit",
@@ -91,6 +100,7 @@ __all__ = [
     "rescue_expired",
     "resume_queue",
     "retry_discarded",
+    "retry_failed_steps",
     "run_cron_now",
     "run_now",
     "set_cron_enabled",

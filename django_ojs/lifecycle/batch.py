@@ -19,7 +19,7 @@ from django_ojs import failure, validation
 from django_ojs.conf import settings
 from django_ojs.drivers import Completion, get_driver
 from django_ojs.exceptions import NotStorable, ValidationError
-from django_ojs.lifecycle import events
+from django_ojs.lifecycle import events, workflows
 from django_ojs.lifecycle.settle import settle_failure
 from django_ojs.lifecycle.store import db, parse_id
 from django_ojs.models import Job
@@ -69,16 +69,39 @@ def _ack_batch(
     if not items:
         return []
     # One statement on PostgreSQL, atomic on its own: no BEGIN/COMMIT round trips.
-    written = get_driver(using).complete_many(
-        [Completion(job_id, attempt, result) for job_id, attempt, result in items],
+    now = timezone.now()
+    completions = [Completion(job_id, attempt, result) for job_id, attempt, result in items]
+    driver = get_driver(using)
+    written = driver.complete_many(
+        completions,
         worker_id=worker_id,
-        now=timezone.now(),
+        now=now,
         events=events.mode(),
         source=settings.EVENT_SOURCE,
         fields=("id",),
+        without_workflow=True,
     )
     events.signal(written.events, using)
-    return [job.id for job in written.jobs]
+    done = [job.id for job in written.jobs]
+    if len(done) == len(completions):
+        return done
+    # The rest are workflow members (or no longer this worker's): they complete in one
+    # transaction with their workflows' counters, next steps and callbacks.
+    completed = set(done)
+    rest = [c for c in completions if c.job_id not in completed]
+    with transaction.atomic(using=using):
+        members = driver.complete_many(
+            rest,
+            worker_id=worker_id,
+            now=now,
+            events=events.mode(),
+            source=settings.EVENT_SOURCE,
+            fields=None,
+        )
+        for job in sorted(members.jobs, key=lambda j: (str(j.workflow_id), j.id)):
+            workflows.member_finished(job, using, now)
+    events.signal(members.events, using)
+    return [*done, *(job.id for job in members.jobs)]
 
 
 def fail_many(

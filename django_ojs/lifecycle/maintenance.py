@@ -22,7 +22,7 @@ from django_ojs.lifecycle import events
 from django_ojs.lifecycle.settle import discard_with, settle_failure
 from django_ojs.lifecycle.store import db
 from django_ojs.lifecycle.workers import stale_before
-from django_ojs.models import Event, Job, Queue, Worker
+from django_ojs.models import Event, Job, Queue, Worker, Workflow
 from django_ojs.policy import effective, ms_to_seconds
 from django_ojs.states import JobState
 
@@ -286,7 +286,7 @@ def prune(
 
 
 def purge_all(*, using: str | None = None) -> dict[str, int]:
-    """Delete every job, event, worker and queue row: an empty job store.
+    """Delete every job, workflow, event, worker and queue row: an empty job store.
 
     For resetting development and test databases (``manage.py ojs_purge --all``), never
     part of normal operation. API keys are kept. Returns the rows deleted per table.
@@ -295,6 +295,7 @@ def purge_all(*, using: str | None = None) -> dict[str, int]:
     with transaction.atomic(using=using):
         out = {
             "jobs": Job.objects.using(using).all().delete()[0],
+            "workflows": Workflow.objects.using(using).all().delete()[0],
             "events": Event.objects.using(using).all().delete()[0],
             "workers": Worker.objects.using(using).all().delete()[0],
             "queues": Queue.objects.using(using).all().delete()[0],

@@ -106,7 +106,7 @@ def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job
     """
     using = db(using)
     specs = list(specs)
-    _check_types(specs)
+    check_types(specs)
     now = timezone.now()
     default_max_attempts = default_retry_policy().max_attempts
     rows = [job_row(spec, now, default_max_attempts) for spec in specs]
@@ -236,7 +236,7 @@ def _reject(existing: Job, key: str, index: int | None) -> None:
     raise DuplicateJob(message, details=details)
 
 
-def _check_types(specs: list[JobSpec]) -> None:
+def check_types(specs: list[JobSpec]) -> None:
     """Refuse job types outside ``OJS_ALLOWED_JOB_TYPES`` (OJS security §8.1), HTTP or not."""
     allowed = settings.ALLOWED_JOB_TYPES
     if allowed is None:
@@ -302,7 +302,7 @@ def enqueue(
     ValidationError
         An option is invalid; ``exc.field`` names it.
     """
-    return push(_spec(type, args, options), using=using)
+    return push(build_spec(type, args, options), using=using)
 
 
 def enqueue_many(
@@ -325,7 +325,7 @@ def enqueue_many(
                 if "type" not in options:
                     raise ValidationError("type is required", field="type")
                 specs.append(
-                    _spec(
+                    build_spec(
                         options.pop("type"),
                         options.pop("args", ()),
                         options,
@@ -343,7 +343,7 @@ def enqueue_many(
     return push_many(specs, using=using)
 
 
-def _spec(
+def build_spec(
     type: Any,
     args: Any,
     options: dict[str, Any],

@@ -18,7 +18,7 @@ from django_ojs.actors import Actor
 from django_ojs.conf import settings
 from django_ojs.drivers import Completion, get_driver
 from django_ojs.exceptions import InvalidTransition, JobNotFound, ValidationError
-from django_ojs.lifecycle import audit, events
+from django_ojs.lifecycle import audit, events, workflows
 from django_ojs.lifecycle.store import (
     RELEASE,
     cas,
@@ -49,21 +49,30 @@ def ack(
     now = timezone.now()
     # The happy path is one statement on PostgreSQL. When no row qualifies, the locked
     # path below says precisely why (not found, not active, another worker's job).
-    done = _complete(job_id, result, worker_id, using, now)
+    # A workflow member does not qualify there: it completes below, in the transaction
+    # that also moves its workflow (counters, next chain step, callbacks).
+    done = _complete(job_id, result, worker_id, using, now, without_workflow=True)
     if done is not None:
         return done
     with transaction.atomic(using=using):
         job = locked(job_id, using)
         require(job, "ack")
         require_holder(job, worker_id)
-        done = _complete(job.id, result, worker_id, using, now)
+        done = _complete(job.id, result, worker_id, using, now, without_workflow=False)
         if done is None:  # moved on between the two statements (cannot while locked)
             raise InvalidTransition(job.id, job.state, "ack", states.allowed_from("ack"))
+        workflows.member_finished(done, using, now)
     return done
 
 
 def _complete(
-    job_id: Any, result: Any, worker_id: str | None, using: str, now: datetime
+    job_id: Any,
+    result: Any,
+    worker_id: str | None,
+    using: str,
+    now: datetime,
+    *,
+    without_workflow: bool,
 ) -> Job | None:
     written = get_driver(using).complete_many(
         [Completion(parse_id(job_id), None, result)],
@@ -72,6 +81,7 @@ def _complete(
         events=events.mode(),
         source=settings.EVENT_SOURCE,
         fields=None,
+        without_workflow=without_workflow,
     )
     events.signal(written.events, using)
     return written.jobs[0] if written.jobs else None
@@ -211,6 +221,8 @@ def settle_failure(
     events.emit_many(items, using, now)
     if decision.state == "available":
         get_driver(using).after_push({job.queue}, {job.queue})
+    elif decision.state == "discarded" and job.workflow_id is not None:
+        workflows.member_finished(job, using, now)
     job.retry_delay_ms = decision.delay_ms if decision.state == "retryable" else None
     return job
 
@@ -257,6 +269,8 @@ def cancel(
             cancelled_by=by,
             reason=reason,
         )
+        if job.workflow_id is not None:
+            workflows.member_finished(job, using, now)
     return job
 
 
@@ -329,6 +343,8 @@ def retry_discarded(
         )  # fmt: skip
         cas(job, "retry_discarded", using, **fields)
         events.emit_job("dead_letter.retried", job, using, now)
+        if job.workflow_id is not None:
+            workflows.resume(job, using, now)
         events.emit_job("job.enqueued", job, using, now, priority=job.priority)
         get_driver(using).after_push({job.queue}, {job.queue})
         job.re_enqueued_at = now
@@ -420,6 +436,8 @@ def discard_with(
     items = [(first[0], job, first[1])] if first else []
     items.append(("job.discarded", job, discarded))
     events.emit_many(items, using, now)
+    if job.workflow_id is not None:
+        workflows.member_finished(job, using, now)
     return job
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
+import django_ojs
 from django_ojs import lifecycle
 from django_ojs.models import Job, Worker
 from tests.factories import JobFactory, WorkerFactory
@@ -267,3 +268,33 @@ def test_operator_console_in_a_browser(browser, live_server):
     ui.confirm()
     assert ui.messages() == ["1 paused"]
     ui.screenshot("queues")
+
+    # Workflows: a failed order pipeline's graph, then "retry failed step" resumes it.
+    order = django_ojs.chain(
+        django_ojs.job("order.charge", [1042], queue="orders"),
+        django_ojs.job("order.ship", [1042], queue="orders"),
+        name="order 1042",
+    )
+    (charge,) = lifecycle.fetch(["orders"], worker_id="worker-web-1")
+    lifecycle.fail(charge.pk, {"message": "card declined", "retryable": False},
+                   worker_id="worker-web-1")  # fmt: skip
+    ui.open("/admin/ojs/workflow/")
+    assert "order 1042" in ui.find("#result_list").text
+    ui.open(f"/admin/ojs/workflow/{order.pk}/change/")
+    svg = ui.find("svg.ojs-workflow-graph")
+    assert svg.is_displayed()
+    nodes = svg.find_elements("css selector", "g.ojs-node")
+    assert [n.get_attribute("data-state") for n in nodes] == ["discarded", "cancelled"]
+    ui.screenshot("workflow-graph")
+    ui.navigate(svg.find_element("css selector", "a.ojs-node-link"))  # the failed step's job
+    assert "order.charge" in ui.find("#content-main").text
+    ui.open("/admin/ojs/workflow/")
+    ui.choose_action("retry_failed_steps", [str(order.pk)])
+    ui.confirm()
+    assert ui.messages() == ["1 retried"]
+    ui.open(f"/admin/ojs/workflow/{order.pk}/change/")
+    states = [
+        n.get_attribute("data-state")
+        for n in ui.find("svg.ojs-workflow-graph").find_elements("css selector", "g.ojs-node")
+    ]
+    assert states == ["available", "pending"]

@@ -31,7 +31,7 @@ from django_ojs.drivers import (
 )
 from django_ojs.envelope import build
 from django_ojs.lifecycle.push import job_row
-from django_ojs.models import Event, Job, Queue
+from django_ojs.models import Event, Job, Queue, Workflow
 from django_ojs.policy import configured, default_retry_policy, effective, ms_delta
 from tests.factories import JobFactory
 
@@ -359,6 +359,22 @@ def test_complete_many__without_worker_or_attempt_any_active_job_qualifies(drive
     assert {j.id: j.result for j in got.jobs} == {anonymous.id: 5, held.id: 6}
     full = next(j for j in got.jobs if j.id == held.id)
     assert full.type == held.type and full.state == "completed"  # fields=None: all loaded
+
+
+def test_complete_many__without_workflow_leaves_workflow_members_alone(driver):
+    wf = Workflow.objects.create(kind="group", total=1)
+    member = JobFactory(active=True, worker_id="worker-1", workflow=wf, workflow_step=0)
+    plain = JobFactory(active=True, worker_id="worker-1")
+    items = [Completion(member.id, 1, "m"), Completion(plain.id, 1, "p")]
+    got = driver.complete_many(
+        items, worker_id="worker-1", now=timezone.now(), events=EventMode.STORE, source=SOURCE,
+        fields=("id",), without_workflow=True,
+    )  # fmt: skip
+    assert [j.id for j in got.jobs] == [plain.id]
+    assert Job.objects.get(pk=member.id).state == "active"
+    got = complete(driver, [Completion(member.id, 1, "m")])
+    assert [j.id for j in got.jobs] == [member.id]
+    assert got.jobs[0].workflow_id == wf.id  # fields=None: the workflow link is loaded
 
 
 # ---------------------------------------------------------------- events, locks

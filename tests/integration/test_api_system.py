@@ -31,7 +31,7 @@ def test_manifest__union_of_the_binding_and_conformance_fields():
     assert body["conformance_level"] == 1 and body["conformance_tier"] == "runtime"
     assert body["protocols"] == ["http"] and body["backend"].startswith("django-orm:")
     assert body["capabilities"]["dead_letter"] is True
-    assert body["capabilities"]["workflows"] is False
+    assert body["capabilities"]["workflows"] is True
     assert body["extensions"]["authentication"] == {"schemes": ["bearer"], "required": True}
     assert body["endpoints"]["base_url"] == "http://testserver/ojs/v1"
     assert body["endpoints"]["manifest"] == "http://testserver/ojs/manifest"

@@ -27,6 +27,7 @@ from django_ojs.api.views.workers import (
     NackView,
     ProgressView,
 )
+from django_ojs.api.views.workflows import WorkflowDetailView, WorkflowListView
 
 __all__ = [
     "AckView",
@@ -55,4 +56,6 @@ __all__ = [
     "QueueStatsView",
     "RateLimitDetailView",
     "RateLimitListView",
+    "WorkflowDetailView",
+    "WorkflowListView",
 ]

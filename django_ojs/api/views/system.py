@@ -53,7 +53,7 @@ class ManifestView(OJSView):
                     "rate_limiting": True,
                     "schema_validation": False,
                     "unique_jobs": True,
-                    "workflows": False,
+                    "workflows": True,
                     "pause_resume": True,
                     "heartbeats": True,
                     "events": True,

@@ -1,0 +1,90 @@
+"""Workflow endpoints (HB §14, workflows §11): create, get with each step, cancel (DELETE)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.response import Response
+
+from django_ojs import envelope, lifecycle
+from django_ojs.api import serializers
+from django_ojs.api.permissions import CANCEL, ENQUEUE, INSPECT
+from django_ojs.api.views.base import OJSView
+from django_ojs.conf import settings
+from django_ojs.exceptions import InvalidTransition, ValidationError
+from django_ojs.models import Job, Workflow
+from django_ojs.policy import default_retry_policy
+
+
+def _spec(item: dict[str, Any], field: str) -> envelope.JobSpec:
+    try:
+        return envelope.from_wire(
+            item, max_bytes=settings.MAX_ENVELOPE_BYTES, retry_base=default_retry_policy()
+        )
+    except ValidationError as exc:
+        exc.message = f"{field}: {exc.message}"
+        exc.args = (exc.message,)
+        exc.details["path"] = field
+        raise
+
+
+def _render(wf: Workflow) -> dict[str, Any]:
+    jobs = list(Job.objects.using(settings.DATABASE).filter(workflow_id=wf.id))
+    return {"workflow": serializers.workflow(wf, jobs)}
+
+
+class WorkflowListView(OJSView):
+    """``POST /ojs/v1/workflows``: create and start a chain, group or batch (201)."""
+
+    operation = ENQUEUE
+    body_required = True
+
+    def post(self, request: Any) -> Response:
+        data = serializers.workflow_request(self.body(request))
+        field = data["field"]
+        jobs = [_spec(item, f"{field}[{i}]") for i, item in enumerate(data["jobs"])]
+        callbacks = {k: _spec(v, f"callbacks.{k}") for k, v in data["callbacks"].items()}
+        for spec in [*jobs, *callbacks.values()]:
+            self.require_queue(request, spec.queue, ENQUEUE)
+        wf = lifecycle.create_workflow(
+            data["kind"],
+            jobs,
+            name=data["name"],
+            callbacks=callbacks,
+            metadata=data["metadata"],
+        )
+        return Response(
+            _render(wf),
+            status=201,
+            headers={"Location": self.location("workflow-detail", str(wf.id))},
+        )
+
+
+class WorkflowDetailView(OJSView):
+    """``GET`` (status with every step) and ``DELETE`` (cancel) ``/ojs/v1/workflows/{id}``."""
+
+    operation = {"GET": INSPECT, "DELETE": CANCEL}
+
+    def get(self, request: Any, workflow_id: str) -> Response:
+        return Response(_render(lifecycle.get_workflow(workflow_id)))
+
+    def delete(self, request: Any, workflow_id: str) -> Response:
+        return Response(_cancel(request, self, workflow_id))
+
+
+def _cancel(request: Any, view: OJSView, workflow_id: str) -> dict[str, Any]:
+    before = lifecycle.get_workflow(workflow_id)
+    if before.state != "running" and before.state != "pending":
+        # Workflows §11.3: a workflow already terminal (cancelled included) is a 409.
+        raise InvalidTransition(
+            before.id,
+            before.state,
+            "cancel workflow",
+            {"pending", "running"},
+            message=f"Workflow {before.id} is already in terminal state '{before.state}'",
+        )
+    wf = lifecycle.cancel_workflow(workflow_id, actor=view.actor(request))
+    body = _render(wf)
+    steps = body["workflow"]["steps"]
+    body["workflow"]["steps_already_completed"] = sum(s["state"] == "completed" for s in steps)
+    return body
