@@ -127,7 +127,7 @@ test-django6: ## Run the suite on Django 6.x (needs Python 3.12+; skipped with a
 	echo "== Django $$($(VENV_DJ6)/bin/python -c 'import django; print(django.get_version())') suite on SQLite"; \
 	DATABASE_URL=sqlite:////tmp/django-ojs-dj6-$$(id -u).sqlite3 $(VENV_DJ6)/bin/python -m pytest $(PYTEST_ARGS)
 
-conformance: $(VENV)/.installed ## OJS conformance suites against the example project on PostgreSQL (levels 0, 1, 2, 4 required; 3 reported)
+conformance: $(VENV)/.installed ## OJS conformance suites against the example project on PostgreSQL (levels 0 to 4 required)
 	@if $(PY) -c "import psycopg; psycopg.connect(host='$(PG_HOST)', port=$(PG_PORT), user='$(PG_USER)', dbname='postgres', connect_timeout=5).close()" 2>/dev/null; then \
 		PY=$(PY) PG_HOST=$(PG_HOST) PG_PORT=$(PG_PORT) PG_USER=$(PG_USER) CONF_DB=$(CONF_DB) CONF_PORT=$(CONF_PORT) .ci/conformance.sh; \
 	elif [ "$$CI" = "true" ]; then \
