@@ -98,7 +98,9 @@ def test_worker__runs_handlers_and_stores_results(handlers, start_worker, wait_u
         assert stored.worker_id == worker.worker_id and stored.visible_until is None
     assert job(add.pk).result == 5
     assert job(none.pk).result is None
-    assert kinds(add.pk) == ["job.enqueued", "job.started", "job.completed"]
+    # A heartbeat may come in between on a slow machine; it is not part of the story.
+    story = [kind for kind in kinds(add.pk) if kind != "job.heartbeat"]
+    assert story == ["job.enqueued", "job.started", "job.completed"]
     completed = Event.objects.get(job_id=add.pk, type="job.completed").data
     assert completed["result"] == 5 and completed["attempt"] == 1 and "duration_ms" in completed
     assert Worker.objects.filter(id=worker.worker_id).exists()
