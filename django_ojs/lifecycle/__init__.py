@@ -45,6 +45,7 @@ from django_ojs.lifecycle.settle import (
     fail,
     purge,
     retry_discarded,
+    retry_failed_steps,
     run_now,
 )
 from django_ojs.lifecycle.store import db as database
@@ -53,7 +54,6 @@ from django_ojs.lifecycle.workflows import cancel as cancel_workflow
 from django_ojs.lifecycle.workflows import create as create_workflow
 from django_ojs.lifecycle.workflows import get as get_workflow
 from django_ojs.lifecycle.workflows import job_spec
-from django_ojs.lifecycle.workflows import retry_failed as retry_failed_steps
 
 __all__ = [
     "MAINTENANCE_BATCH",

@@ -6,96 +6,24 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from uuid6 import uuid7
 
-from django_ojs import envelope, validation
 from django_ojs.conf import settings
 from django_ojs.drivers import EventMode, enqueue_event, get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import DuplicateJob, ValidationError
 from django_ojs.lifecycle import events
+from django_ojs.lifecycle.rows import build_spec, check_types, job_row
 from django_ojs.lifecycle.settle import cancel
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job
 from django_ojs.policy import default_retry_policy, ms_delta
-from django_ojs.retry import RetryPolicy
 from django_ojs.states import JobState
-
-
-def _earliest(*values: datetime | None) -> datetime | None:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None
-
-
-# Concrete field names in model order: rows are built positionally, which is several times
-# cheaper than keyword construction on the bulk path (Model.__init__'s fast path).
-_FIELDS = [f.attname for f in Job._meta.concrete_fields]
-
-
-def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
-    """The unsaved row a push inserts for ``spec`` (its state follows the schedule)."""
-    if spec.pending:  # digest §8.34: pending wins over a future scheduled_at
-        state = JobState.PENDING.value
-    elif spec.scheduled_at is not None and spec.scheduled_at > now:
-        state = JobState.SCHEDULED.value
-    else:
-        state = JobState.AVAILABLE.value
-    policy = spec.retry
-    deadline = now + ms_delta(spec.total_timeout_ms) if spec.total_timeout_ms else None
-    ttl = now + ms_delta(spec.enqueue_ttl_ms) if spec.enqueue_ttl_ms else None
-    values = {
-        "id": spec.id or uuid7(),
-        "type": spec.type,
-        "queue": spec.queue,
-        "args": spec.args,
-        "meta": spec.meta,
-        "priority": spec.priority,
-        "state": state,
-        "attempt": 0,
-        "max_attempts": policy.max_attempts if policy else default_max_attempts,
-        "retry": policy.to_wire() if policy else None,
-        "unique": spec.unique,
-        "unique_key": spec.unique_key,
-        "rate_limit": spec.rate_limit,
-        "rate_key": spec.rate_key,
-        "schema": spec.schema,
-        "tags": spec.tags,
-        "extra": spec.extra,
-        "timeout_ms": spec.timeout_ms,
-        "visibility_timeout_ms": spec.visibility_timeout_ms,
-        "total_timeout_ms": spec.total_timeout_ms,
-        "enqueue_ttl_ms": spec.enqueue_ttl_ms,
-        "grace_period_ms": spec.grace_period_ms,
-        "heartbeat_timeout_ms": spec.heartbeat_timeout_ms,
-        "scheduled_at": spec.scheduled_at,
-        "expires_at": spec.expires_at,
-        "created_at": now,
-        "enqueued_at": now,
-        "errors": [],
-        "dead_letter": False,
-        "deadline_at": deadline,
-        "stale_at": _earliest(spec.expires_at, ttl, deadline),
-    }
-    for field in _defaulted(values):  # fields added later still get their defaults
-        values[field.attname] = field.get_default()
-    # Positional construction (Model.__init__'s fast path); the stubs cannot follow it.
-    return Job(*[values.get(name) for name in _FIELDS])  # type: ignore[misc]  # positional fields
-
-
-@functools.cache
-def _defaulted_fields(names: frozenset[str]) -> list[Any]:
-    return [f for f in Job._meta.concrete_fields if f.has_default() and f.attname not in names]
-
-
-def _defaulted(values: dict[str, Any]) -> list[Any]:
-    return _defaulted_fields(frozenset(values))
 
 
 def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job]:
@@ -236,22 +164,6 @@ def _reject(existing: Job, key: str, index: int | None) -> None:
     raise DuplicateJob(message, details=details)
 
 
-def check_types(specs: list[JobSpec]) -> None:
-    """Refuse job types outside ``OJS_ALLOWED_JOB_TYPES`` (OJS security §8.1), HTTP or not."""
-    allowed = settings.ALLOWED_JOB_TYPES
-    if allowed is None:
-        return
-    for index, spec in enumerate(specs):
-        try:
-            validation.validate_allowed_type(spec.type, allowed)
-        except ValidationError as exc:
-            if len(specs) > 1:
-                exc.details["index"] = index
-                exc.message = f"jobs[{index}]: {exc.message}"
-                exc.args = (exc.message,)
-            raise
-
-
 def _saved(rows: list[Job], using: str) -> list[Job]:
     for row in rows:
         row._state.adding = False
@@ -341,20 +253,3 @@ def enqueue_many(
             exc.args = (exc.message,)
             raise
     return push_many(specs, using=using)
-
-
-def build_spec(
-    type: Any,
-    args: Any,
-    options: dict[str, Any],
-    *,
-    max_bytes: int | None = None,
-    retry_base: RetryPolicy | None = None,
-) -> JobSpec:
-    return envelope.build(
-        type,
-        args,
-        max_bytes=settings.MAX_ENVELOPE_BYTES if max_bytes is None else max_bytes,
-        retry_base=default_retry_policy() if retry_base is None else retry_base,
-        **options,
-    )

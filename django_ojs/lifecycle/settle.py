@@ -480,3 +480,28 @@ def purge(job_ids: Any, *, actor: Actor | None = None, using: str | None = None)
                 queue=queues.pop() if len(queues) == 1 else "",
             )  # fmt: skip
     return deleted
+
+
+def retry_failed_steps(
+    workflow_id: Any, *, actor: Actor | None = None, using: str | None = None
+) -> list[Job]:
+    """Operator action: send the failed (dead-lettered) steps of a workflow back to work.
+
+    Each goes through the dead-letter retry (``retry_discarded``), which re-opens the
+    workflow: counters corrected, state ``failed → running``, and for a chain, fresh
+    ``pending`` copies of the steps its failure cancelled. All or nothing.
+    """
+    using = db(using)
+    with transaction.atomic(using=using):
+        workflow = workflows.get(workflow_id, using=using)
+        failed = list(
+            Job.objects.using(using)
+            .filter(workflow_id=workflow.id, workflow_step__gte=0, state=JobState.DISCARDED)
+            .order_by("workflow_step", "id")
+        )
+        if not failed:
+            raise InvalidTransition(
+                workflow.id, workflow.state, "retry failed steps", {"failed", "running"},
+                message=f"Workflow '{workflow.id}' has no failed step to retry.",
+            )  # fmt: skip
+        return [retry_discarded(job.id, actor=actor, using=using) for job in failed]

@@ -34,7 +34,7 @@ from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import InvalidTransition, ValidationError, WorkflowNotFound
 from django_ojs.lifecycle import audit, events
-from django_ojs.lifecycle.push import build_spec, check_types, job_row
+from django_ojs.lifecycle.rows import build_spec, check_types, job_row
 from django_ojs.lifecycle.store import RELEASE, cas, db
 from django_ojs.models import Job, Workflow
 from django_ojs.policy import default_retry_policy
@@ -277,33 +277,6 @@ def resume(job: Job, using: str, now: datetime) -> None:
         _transition(workflow, "running")
         workflow.finished_at = None
     _save(workflow, using)
-
-
-def retry_failed(
-    workflow_id: Any, *, actor: Actor | None = None, using: str | None = None
-) -> list[Job]:
-    """Operator action: send the failed (dead-lettered) steps of a workflow back to work.
-
-    Each goes through the dead-letter retry (``retry_discarded``), which re-opens the
-    workflow: counters corrected, state ``failed → running``, and for a chain, fresh
-    ``pending`` copies of the steps its failure cancelled. All or nothing.
-    """
-    from django_ojs.lifecycle.settle import retry_discarded  # settle imports this module
-
-    using = db(using)
-    with transaction.atomic(using=using):
-        workflow = get(workflow_id, using=using)
-        failed = list(
-            Job.objects.using(using)
-            .filter(workflow_id=workflow.id, workflow_step__gte=0, state=JobState.DISCARDED)
-            .order_by("workflow_step", "id")
-        )
-        if not failed:
-            raise InvalidTransition(
-                workflow.id, workflow.state, "retry failed steps", {"failed", "running"},
-                message=f"Workflow '{workflow.id}' has no failed step to retry.",
-            )  # fmt: skip
-        return [retry_discarded(job.id, actor=actor, using=using) for job in failed]
 
 
 # ---------------------------------------------------------------------- internals

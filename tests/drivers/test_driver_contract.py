@@ -30,7 +30,7 @@ from django_ojs.drivers import (
     job_rows,
 )
 from django_ojs.envelope import build
-from django_ojs.lifecycle.push import job_row
+from django_ojs.lifecycle.rows import job_row
 from django_ojs.models import Event, Job, Queue, Workflow
 from django_ojs.policy import configured, default_retry_policy, effective, ms_delta
 from tests.factories import JobFactory
