@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Batch",
+    "Chain",
+    "Group",
     "InvalidTransition",
     "JobContext",
     "JobError",
@@ -66,6 +69,9 @@ _LAZY = {
     "group": "django_ojs.workflows",
     "batch": "django_ojs.workflows",
     "job": "django_ojs.workflows",
+    "Chain": "django_ojs.workflows",
+    "Group": "django_ojs.workflows",
+    "Batch": "django_ojs.workflows",
 }
 
 if TYPE_CHECKING:
@@ -86,7 +92,7 @@ if TYPE_CHECKING:
     from django_ojs.registry import handler, periodic
     from django_ojs.retry import RetryPolicy
     from django_ojs.states import JobState
-    from django_ojs.workflows import batch, chain, group, job
+    from django_ojs.workflows import Batch, Chain, Group, batch, chain, group, job
 
 
 def __getattr__(name: str) -> Any:

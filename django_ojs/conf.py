@@ -71,6 +71,8 @@ DEFAULT_RETENTION = {
     "discarded": 30 * 86400,
     "dead_letter": 180 * 86400,  # DLQ §8: max_age P180D
     "events": 7 * 86400,  # events §9: 7 days
+    # Completed and cancelled workflows (failed ones follow dead_letter: they can resume).
+    "workflows": 7 * 86400,
 }
 
 
@@ -226,7 +228,7 @@ class Settings:
 
     @property
     def RETENTION(self) -> dict[str, float | None]:
-        """Seconds to keep completed/cancelled/discarded/dead_letter jobs and events."""
+        """Seconds to keep completed/cancelled/discarded/dead_letter jobs, workflows, events."""
         return {**DEFAULT_RETENTION, **(self._get("OJS_RETENTION", {}) or {})}
 
 

@@ -92,9 +92,27 @@ class Workflow(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # Nesting (workflows §10): a workflow that is a step (chain) or member (group, batch) of
+    # another. ``root`` is the outermost workflow (NULL on the outermost itself), ``depth``
+    # 0 there. A nested workflow waits in ``pending`` until its parent starts it, with the
+    # upstream results it was given in ``parent_results``; ``result`` is what it hands on.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    parent_step = models.IntegerField(null=True, blank=True)
+    root = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="descendants"
+    )
+    depth = models.PositiveSmallIntegerField(default=0)
+    parent_results = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+
     class Meta:
         db_table = "ojs_workflow"
         ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["state", "finished_at"], name="ojs_workflow_finished"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name or self.id}"

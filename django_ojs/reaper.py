@@ -95,6 +95,7 @@ def prune_expired(*, using: str | None = None) -> dict[str, int]:
         discarded_before=before("discarded"),
         dead_letter_before=before("dead_letter"),
         events_before=before("events"),
+        workflows_before=before("workflows"),
         using=using,
     )
 

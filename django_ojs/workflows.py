@@ -14,6 +14,9 @@
             name=f"order {order.pk}",
         )
 
+A step may itself be a workflow not started yet (workflows §10): ``Group(job(...),
+job(...))`` inside a ``chain(...)`` fans out and the chain waits for all of it.
+
 Each call writes the workflow and all its jobs through the caller's connection, so they
 commit or roll back with the caller's own rows. The state machine is
 ``django_ojs.lifecycle`` (workflows §4-§9).
@@ -29,13 +32,70 @@ from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import ValidationError
 from django_ojs.models import Workflow
 
-#: What a step may be: a :func:`job`, or a mapping ``{"type", "args"?, <options>}``.
-Step = JobSpec | Mapping[str, Any]
+#: What a step may be: a :func:`job`, a nested :class:`Chain`/:class:`Group`/:class:`Batch`,
+#: or a mapping ``{"type", "args"?, <options>}`` (``{"type": "group", "jobs": [...]}`` nests).
+Step = JobSpec | lifecycle.WorkflowSpec | Mapping[str, Any]
 
 
 def job(type: str, args: Iterable[Any] = (), **options: Any) -> JobSpec:
     """One job of a workflow: the type, its arguments and :func:`enqueue`'s options."""
     return lifecycle.job_spec(type, list(args), **options)
+
+
+class Chain(lifecycle.WorkflowSpec):
+    """A chain not started yet: a step of another workflow, or ``.enqueue()`` it.
+
+    ``django_ojs.chain(a, b)`` is ``Chain(a, b).enqueue()``.
+    """
+
+    def __init__(
+        self,
+        *steps: Step | Iterable[Step],
+        name: str = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__("chain", _specs(steps, "steps"), {}, name, dict(metadata or {}))
+
+    def enqueue(self, *, using: str | None = None) -> Workflow:
+        """Create it (and start it) in the caller's transaction."""
+        return lifecycle.create_workflow_spec(self, using=using)
+
+
+class Group(lifecycle.WorkflowSpec):
+    """A group not started yet: a step of another workflow, or ``.enqueue()`` it."""
+
+    def __init__(
+        self,
+        *jobs: Step | Iterable[Step],
+        name: str = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__("group", _specs(jobs, "jobs"), {}, name, dict(metadata or {}))
+
+    def enqueue(self, *, using: str | None = None) -> Workflow:
+        """Create it (and start it) in the caller's transaction."""
+        return lifecycle.create_workflow_spec(self, using=using)
+
+
+class Batch(lifecycle.WorkflowSpec):
+    """A batch not started yet: a step of another workflow, or ``.enqueue()`` it."""
+
+    def __init__(
+        self,
+        *jobs: Step | Iterable[Step],
+        on_complete: Step | None = None,
+        on_success: Step | None = None,
+        on_failure: Step | None = None,
+        name: str = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        given = {"on_complete": on_complete, "on_success": on_success, "on_failure": on_failure}
+        callbacks = {k: _job(v, f"callbacks.{k}") for k, v in given.items() if v is not None}
+        super().__init__("batch", _specs(jobs, "jobs"), callbacks, name, dict(metadata or {}))
+
+    def enqueue(self, *, using: str | None = None) -> Workflow:
+        """Create it (and start it) in the caller's transaction."""
+        return lifecycle.create_workflow_spec(self, using=using)
 
 
 def chain(
@@ -48,11 +108,10 @@ def chain(
 
     Step N+1 is enqueued when step N completes, with ``ctx.parent_results`` holding the
     results of steps 0..N. A step that fails for good (retries exhausted) fails the chain
-    and cancels the steps after it.
+    and cancels the steps after it. A step may be a :class:`Group`, :class:`Batch` or
+    :class:`Chain` (§10): it counts as done when it is.
     """
-    return lifecycle.create_workflow(
-        "chain", _specs(steps, "steps"), name=name, metadata=metadata, using=using
-    )
+    return Chain(*steps, name=name, metadata=metadata).enqueue(using=using)
 
 
 def group(
@@ -62,9 +121,7 @@ def group(
     using: str | None = None,
 ) -> Workflow:
     """Run ``jobs`` in parallel (workflows §5); the group fails if any of them failed."""
-    return lifecycle.create_workflow(
-        "group", _specs(jobs, "jobs"), name=name, metadata=metadata, using=using
-    )
+    return Group(*jobs, name=name, metadata=metadata).enqueue(using=using)
 
 
 def batch(
@@ -82,34 +139,56 @@ def batch(
     succeeded; ``on_failure`` if any failed. Each fires exactly once and sees every job's
     result in ``ctx.parent_results`` (indexed like ``jobs``).
     """
-    given = {"on_complete": on_complete, "on_success": on_success, "on_failure": on_failure}
-    callbacks = {k: _spec(v, f"callbacks.{k}") for k, v in given.items() if v is not None}
-    return lifecycle.create_workflow(
-        "batch",
-        _specs(jobs, "jobs"),
+    return Batch(
+        *jobs,
+        on_complete=on_complete,
+        on_success=on_success,
+        on_failure=on_failure,
         name=name,
-        callbacks=callbacks,
         metadata=metadata,
-        using=using,
-    )
+    ).enqueue(using=using)
 
 
-def _specs(items: tuple[Step | Iterable[Step], ...], field: str) -> list[JobSpec]:
+def _specs(
+    items: tuple[Step | Iterable[Step], ...], field: str
+) -> list[JobSpec | lifecycle.WorkflowSpec]:
     flat: list[Any] = []
     for item in items:
-        if isinstance(item, JobSpec | Mapping):
+        if isinstance(item, JobSpec | lifecycle.WorkflowSpec | Mapping | Workflow):
             flat.append(item)
         else:
             flat.extend(item)
-    return [_spec(item, f"{field}[{index}]") for index, item in enumerate(flat)]
+    return [_step(item, f"{field}[{index}]") for index, item in enumerate(flat)]
 
 
-def _spec(item: Any, field: str) -> JobSpec:
+def _step(item: Any, field: str) -> JobSpec | lifecycle.WorkflowSpec:
+    if isinstance(item, lifecycle.WorkflowSpec):
+        return item
+    if (
+        isinstance(item, Mapping)
+        and item.get("type") in lifecycle.WORKFLOW_KINDS
+        and ("steps" in item or "jobs" in item)
+    ):
+        options = dict(item)
+        kind = options.pop("type")
+        members = options.pop("steps" if kind == "chain" else "jobs", None)
+        if not isinstance(members, list | tuple):
+            raise ValidationError(f"{field}: a nested {kind} needs a list of jobs", field=field)
+        callbacks = options.pop("callbacks", None) or {}
+        if kind == "batch":
+            return Batch(*members, **callbacks, **options)
+        return (Chain if kind == "chain" else Group)(*members, **options)
+    return _job(item, field)
+
+
+def _job(item: Any, field: str) -> JobSpec:
     if isinstance(item, JobSpec):
         return item
     if isinstance(item, Workflow):
         raise ValidationError(
-            "Nested workflows are not supported yet: pass job specs.", field=field
+            f"{field} is a workflow that already exists; nest a Chain(...), Group(...) or "
+            "Batch(...) that is not started yet.",
+            field=field,
         )
     if isinstance(item, Mapping):
         options = dict(item)

@@ -63,6 +63,31 @@ def slow(ctx: JobContext, *args: Any) -> dict[str, Any]:
     return {"slept_ms": round(seconds * 1000)}
 
 
+@django_ojs.handler("test.rendezvous")
+def rendezvous(ctx: JobContext, workers: int) -> dict[str, int]:
+    """Wait (up to 120 s) until ``workers`` different workers have started one of these.
+
+    A test that must see several workers share a queue starts with more of these than
+    one worker has slots: that worker's slots all wait here, so another worker has to
+    claim one, however fast or slow each of them starts.
+    """
+    from django_ojs.models import Job
+
+    deadline = time.monotonic() + 120
+    seen = 0
+    while time.monotonic() < deadline and not ctx.cancelled.is_set():
+        seen = (
+            Job.objects.filter(type="test.rendezvous", state__in=("active", "completed"))
+            .values("worker_id")
+            .distinct()
+            .count()
+        )
+        if seen >= workers:
+            break
+        time.sleep(0.02)
+    return {"workers": seen}
+
+
 @django_ojs.handler("test.timed")
 def timed(*args: Any) -> dict[str, float]:
     """Sleep like ``test.slow`` and report when the handler ran (epoch seconds, this host)."""

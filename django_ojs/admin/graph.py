@@ -25,6 +25,7 @@ class Node:
     y: float
     w: float = BOX_W
     h: float = BOX_H
+    nested: bool = False
 
     @property
     def cx(self) -> float:
@@ -63,6 +64,8 @@ class Box:
     sublabel: str
     state: str
     url: str
+    #: A nested workflow (drawn with a dashed border), not a job.
+    nested: bool = False
 
 
 def layout(kind: str, steps: Sequence[Box], callbacks: Sequence[Box] = ()) -> Graph:
@@ -102,4 +105,4 @@ def layout(kind: str, steps: Sequence[Box], callbacks: Sequence[Box] = ()) -> Gr
 
 
 def _node(box: Box, x: float, y: float) -> Node:
-    return Node(box.label[:22], box.sublabel[:26], box.state, box.url, x, y)
+    return Node(box.label[:22], box.sublabel[:26], box.state, box.url, x, y, nested=box.nested)

@@ -57,14 +57,17 @@ ACTIONS = {
 
 @admin.register(Workflow)
 class WorkflowAdmin(ReadOnlyAdmin[Workflow]):
-    list_display = ("id", "kind", "name", "state_badge", "progress", "created_at", "finished_at")
+    list_display = (
+        "id", "kind", "name", "state_badge", "progress", "parent_link", "created_at",
+        "finished_at",
+    )  # fmt: skip
     list_display_links = ("id",)
     list_filter = ("state", "kind")
     search_fields = ("=id", "name")
     ordering = ("-id",)
     actions = ("cancel_workflows", "retry_failed_steps")
     fields = (
-        "id", "kind", "name", "state_badge", "progress", "graph", "callbacks_fired",
+        "id", "kind", "name", "state_badge", "progress", "parent_link", "graph", "callbacks_fired",
         "error_json", "metadata_json", "created_at", "started_at", "finished_at",
     )  # fmt: skip
     readonly_fields = fields
@@ -85,23 +88,43 @@ class WorkflowAdmin(ReadOnlyAdmin[Workflow]):
     @admin.display(description="graph")
     def graph(self, obj: Workflow) -> SafeString:
         jobs = list(Job.objects.filter(workflow=obj).order_by("workflow_step", "id"))
-        newest: dict[int, Job] = {}
-        for job in jobs:
-            if job.workflow_step is not None and job.workflow_step >= 0:
-                newest[job.workflow_step] = job  # a resumed chain's newest row per step
+        rows: list[tuple[int, Any, Job | Workflow]] = [
+            (job.workflow_step, job.id, job)
+            for job in jobs
+            if job.workflow_step is not None and job.workflow_step >= 0
+        ]
+        rows += [(c.parent_step or 0, c.id, c) for c in Workflow.objects.filter(parent=obj)]
+        newest: dict[int, Job | Workflow] = {}
+        for index, _, node in sorted(rows, key=lambda row: (row[0], row[1])):
+            newest[index] = node  # a resumed chain's newest row per step
         names = {job_id: name for name, job_id in (obj.callbacks or {}).items()}
-        steps = [self._box(f"{i}. {job.type}", job) for i, job in sorted(newest.items())]
+        steps = [self._box(i, node) for i, node in sorted(newest.items())]
         callbacks = [
-            self._box(names.get(str(job.id), "callback"), job)
+            self._job_box(names.get(str(job.id), "callback"), job)
             for job in jobs
             if job.workflow_step is not None and job.workflow_step < 0
         ]
         layout = graphs.layout(obj.kind, steps, callbacks)
         return SafeString(render_to_string("admin/ojs/workflow/graph.html", {"graph": layout}))
 
-    def _box(self, label: str, job: Job) -> graphs.Box:
+    def _box(self, index: int, node: Job | Workflow) -> graphs.Box:
+        if isinstance(node, Job):
+            return self._job_box(f"{index}. {node.type}", node)
+        # A nested workflow (§10): one box, linked to its own page and graph.
+        url = reverse(f"{self.admin_site.name}:ojs_workflow_change", args=[quote(node.pk)])
+        label = f"{index}. {node.kind}" + (f" {node.name}" if node.name else "")
+        return graphs.Box(label, f"{node.finished}/{node.total} done", node.state, url, nested=True)
+
+    def _job_box(self, label: str, job: Job) -> graphs.Box:
         url = reverse(f"{self.admin_site.name}:ojs_job_change", args=[quote(job.pk)])
         return graphs.Box(label, f"{job.type if ' ' not in label else job.queue}", job.state, url)
+
+    @admin.display(description="inside")
+    def parent_link(self, obj: Workflow) -> SafeString | str:
+        if obj.parent_id is None:
+            return "-"
+        url = reverse(f"{self.admin_site.name}:ojs_workflow_change", args=[quote(obj.parent_id)])
+        return format_html('<a href="{}">step {} of {}</a>', url, obj.parent_step, obj.parent_id)
 
     @admin.display(description="callbacks fired")
     def callbacks_fired(self, obj: Workflow) -> str:

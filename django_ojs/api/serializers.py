@@ -16,6 +16,7 @@ from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import Heartbeat
 from django_ojs.models import Event, Job
 from django_ojs.queues import QueueInfo
+from django_ojs.states import JobState
 
 # --------------------------------------------------------------------------- requests
 
@@ -310,50 +311,71 @@ WORKFLOW_KINDS = ("chain", "group", "batch")
 WORKFLOW_CALLBACKS = ("on_complete", "on_success", "on_failure")
 
 
-def workflow_request(body: dict[str, Any]) -> dict[str, Any]:
+def workflow_request(
+    body: dict[str, Any], path: str = "", inherited: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``POST /workflows`` → ``{kind, name, jobs, callbacks, metadata}`` (raw job bodies).
 
     Accepts the workflows spec and suites' ``{type, name, steps | jobs, callbacks}`` and the
     HTTP binding's ``{name, steps[{id, type, args, depends_on, options}], options}``; a
     binding graph is a group when no step depends on another and a chain when each step
     depends on exactly the one before it (other graphs: DAGs, workflows §15, are refused).
-    Workflow-level ``options`` are defaults for every job's ``options``.
+    Workflow-level ``options`` are defaults for every job's ``options``, nested ones
+    included. A member ``{"type": "chain"|"group"|"batch", "steps"|"jobs": [...]}`` is a
+    nested workflow (§10), parsed the same way: ``{"workflow": {...}}`` in ``jobs``.
     """
+    at = f"{path}." if path else ""
     kind = body.get("type")
     steps = body.get("steps")
     jobs = body.get("jobs")
-    if kind is None:
+    if kind is None and not path:
         kind = _binding_kind(steps)
     if kind not in WORKFLOW_KINDS:
-        raise ValidationError(f"type must be one of {', '.join(WORKFLOW_KINDS)}", field="type")
+        raise ValidationError(f"type must be one of {', '.join(WORKFLOW_KINDS)}", field=f"{at}type")
     field = "steps" if kind == "chain" else "jobs"
     items = steps if kind == "chain" else (jobs if jobs is not None else steps)
     if not isinstance(items, list) or not items:
-        raise ValidationError(f"{field} must be a non-empty array of jobs", field=field)
-    defaults = body.get("options")
-    if defaults is not None and not isinstance(defaults, dict):
-        raise ValidationError("options must be an object", field="options")
+        raise ValidationError(f"{field} must be a non-empty array of jobs", field=f"{at}{field}")
+    options = body.get("options")
+    if options is not None and not isinstance(options, dict):
+        raise ValidationError("options must be an object", field=f"{at}options")
+    defaults = {**(inherited or {}), **(options or {})}
     callbacks = body.get("callbacks") or {}
     if not isinstance(callbacks, dict):
-        raise ValidationError("callbacks must be an object", field="callbacks")
+        raise ValidationError("callbacks must be an object", field=f"{at}callbacks")
     name = body.get("name")
     if name is not None and (not isinstance(name, str) or len(name) > 255):
-        raise ValidationError("name must be a string of at most 255 characters", field="name")
+        raise ValidationError("name must be a string of at most 255 characters", field=f"{at}name")
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
-        raise ValidationError("metadata must be an object", field="metadata")
+        raise ValidationError("metadata must be an object", field=f"{at}metadata")
+    members: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        where = f"{at}{field}[{i}]"
+        if _is_nested(item):
+            members.append({"workflow": workflow_request(item, where, defaults)})
+        else:
+            members.append(_with_defaults(item, defaults, where))
     return {
         "kind": kind,
         "field": field,
-        "name": validation.check_text(name, "name") if name else "",
-        "jobs": [_with_defaults(item, defaults, f"{field}[{i}]") for i, item in enumerate(items)],
+        "name": validation.check_text(name, f"{at}name") if name else "",
+        "jobs": members,
         "callbacks": {
-            key: _with_defaults(value, defaults, f"callbacks.{key}")
+            key: _with_defaults(value, defaults, f"{at}callbacks.{key}")
             for key, value in callbacks.items()
             if value is not None
         },
         "metadata": metadata or {},
     }
+
+
+def _is_nested(item: Any) -> bool:
+    return (
+        isinstance(item, dict)
+        and item.get("type") in WORKFLOW_KINDS
+        and ("steps" in item or "jobs" in item)
+    )
 
 
 def _binding_kind(steps: Any) -> str:
@@ -388,56 +410,113 @@ def _with_defaults(item: Any, defaults: dict[str, Any] | None, field: str) -> di
     return out
 
 
-def workflow(wf: Any, jobs: list[Job]) -> dict[str, Any]:
-    """A workflow with each step's state: the spec's, the binding's and the suites' fields."""
-    ts = envelope.format_timestamp
-    members: dict[int, Job] = {}
-    for job in sorted(jobs, key=lambda j: j.id):
-        if job.workflow_step is not None and job.workflow_step >= 0:
-            members[job.workflow_step] = job  # a resumed chain's newest row wins
-    by_id = {str(job.id): job for job in jobs}
-    steps = [_step(index, job) for index, job in sorted(members.items())]
-    out: dict[str, Any] = {
-        "id": str(wf.id),
-        "type": wf.kind,
-        "name": wf.name or None,
-        "state": wf.state,
-        "steps": steps,
-        "created_at": ts(wf.created_at),
-        "started_at": ts(wf.started_at),
-        "finished_at": ts(wf.finished_at),
-        "completed_at": ts(wf.finished_at) if wf.state in {"completed", "failed"} else None,
-        "metadata": {
-            **(wf.metadata or {}),
-            "created_at": ts(wf.created_at),
-            "started_at": ts(wf.started_at),
-            "job_count": wf.total,
-            "completed_count": wf.completed,
-            "failed_count": wf.failed,
-            "cancelled_count": wf.cancelled,
-        },
-    }
-    if wf.state == "cancelled":
-        out["cancelled_at"] = ts(wf.finished_at)
-    counts = {
-        "total": wf.total,
-        "completed": wf.completed,
-        "failed": wf.failed,
-        "cancelled": wf.cancelled,
-    }
-    prefix = "steps" if wf.kind == "chain" else "jobs"
-    out.update({f"{prefix}_{name}": value for name, value in counts.items()})
-    if wf.kind != "chain":
-        out["jobs"] = steps
-    if wf.callbacks:
-        out["callbacks"] = {
-            name: _step(None, by_id[job_id]) if job_id in by_id else {"job_id": job_id}
-            for name, job_id in wf.callbacks.items()
+def workflow(wf: Any, jobs: list[Job], nested: list[Any] | None = None) -> dict[str, Any]:
+    """A workflow with each step's state: the spec's, the binding's and the suites' fields.
+
+    ``jobs`` are the jobs of ``wf`` and of the workflows nested in it (``nested``, any
+    depth); a nested member is shown as a step with its own steps (§10).
+    """
+    tree = _Tree(jobs, nested or [])
+    return tree.render(wf)
+
+
+class _Tree:
+    def __init__(self, jobs: list[Job], nested: list[Any]) -> None:
+        self.jobs: dict[Any, list[Job]] = {}
+        for job in sorted(jobs, key=lambda j: j.id):
+            self.jobs.setdefault(job.workflow_id, []).append(job)
+        self.children: dict[Any, list[Any]] = {}
+        for child in sorted(nested, key=lambda w: w.id):
+            if child.parent_id is not None:
+                self.children.setdefault(child.parent_id, []).append(child)
+
+    def members(self, wf: Any) -> dict[int, Any]:
+        """Member index → newest job or nested workflow (a resumed chain leaves history)."""
+        rows = [
+            (job.workflow_step, job.id, job)
+            for job in self.jobs.get(wf.id, [])
+            if job.workflow_step is not None and job.workflow_step >= 0
+        ]
+        rows += [(c.parent_step or 0, c.id, c) for c in self.children.get(wf.id, [])]
+        newest: dict[int, Any] = {}
+        for index, _, node in sorted(rows, key=lambda row: (row[0], row[1])):
+            newest[index] = node
+        return dict(sorted(newest.items()))
+
+    def counts(self, wf: Any) -> tuple[int, int, int]:
+        """§3.3 ``job_count``/``completed_count``/``failed_count``, nested jobs included."""
+        total = completed = failed = 0
+        for node in self.members(wf).values():
+            if isinstance(node, Job):
+                total += 1
+                completed += node.state == JobState.COMPLETED
+                failed += node.state == JobState.DISCARDED
+            else:
+                t, c, f = self.counts(node)
+                total, completed, failed = total + t, completed + c, failed + f
+        return total, completed, failed
+
+    def render(self, wf: Any, index: int | None = None) -> dict[str, Any]:
+        ts = envelope.format_timestamp
+        steps = [
+            _step(i, node) if isinstance(node, Job) else self.render(node, i)
+            for i, node in self.members(wf).items()
+        ]
+        by_id = {str(job.id): job for job in self.jobs.get(wf.id, [])}
+        if self.children.get(wf.id):
+            job_count, completed_count, failed_count = self.counts(wf)
+        else:
+            job_count, completed_count, failed_count = wf.total, wf.completed, wf.failed
+        out: dict[str, Any] = {}
+        if index is not None:
+            out.update({"index": index, "workflow_id": str(wf.id)})
+        out.update(
+            {
+                "id": str(wf.id),
+                "type": wf.kind,
+                "name": wf.name or None,
+                "state": wf.state,
+                "steps": steps,
+                "created_at": ts(wf.created_at),
+                "started_at": ts(wf.started_at),
+                "finished_at": ts(wf.finished_at),
+                "completed_at": ts(wf.finished_at) if wf.state in {"completed", "failed"} else None,
+                "metadata": {
+                    **(wf.metadata or {}),
+                    "created_at": ts(wf.created_at),
+                    "started_at": ts(wf.started_at),
+                    "job_count": job_count,
+                    "completed_count": completed_count,
+                    "failed_count": failed_count,
+                    "cancelled_count": wf.cancelled,
+                },
+            }
+        )
+        if wf.parent_id is not None and index is None:
+            out["parent_workflow_id"] = str(wf.parent_id)
+        if wf.result is not None:
+            out["result"] = wf.result
+        if wf.state == "cancelled":
+            out["cancelled_at"] = ts(wf.finished_at)
+        counts = {
+            "total": wf.total,
+            "completed": wf.completed,
+            "failed": wf.failed,
+            "cancelled": wf.cancelled,
         }
-        out["callbacks_fired"] = list(wf.fired or [])
-    if wf.error:
-        out["error"] = wf.error
-    return out
+        prefix = "steps" if wf.kind == "chain" else "jobs"
+        out.update({f"{prefix}_{name}": value for name, value in counts.items()})
+        if wf.kind != "chain":
+            out["jobs"] = steps
+        if wf.callbacks:
+            out["callbacks"] = {
+                name: _step(None, by_id[job_id]) if job_id in by_id else {"job_id": job_id}
+                for name, job_id in wf.callbacks.items()
+            }
+            out["callbacks_fired"] = list(wf.fired or [])
+        if wf.error:
+            out["error"] = wf.error
+        return out
 
 
 def _step(index: int | None, job: Job) -> dict[str, Any]:

@@ -50,14 +50,21 @@ from django_ojs.lifecycle.settle import (
 )
 from django_ojs.lifecycle.store import db as database
 from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, set_directive
+from django_ojs.lifecycle.workflows import KINDS as WORKFLOW_KINDS
+from django_ojs.lifecycle.workflows import MAX_DEPTH as WORKFLOW_MAX_DEPTH
+from django_ojs.lifecycle.workflows import WorkflowSpec, job_spec
 from django_ojs.lifecycle.workflows import cancel as cancel_workflow
 from django_ojs.lifecycle.workflows import create as create_workflow
+from django_ojs.lifecycle.workflows import create_spec as create_workflow_spec
 from django_ojs.lifecycle.workflows import get as get_workflow
-from django_ojs.lifecycle.workflows import job_spec
+from django_ojs.lifecycle.workflows import tree as workflow_tree
 
 __all__ = [
     "MAINTENANCE_BATCH",
+    "WORKFLOW_KINDS",
+    "WORKFLOW_MAX_DEPTH",
     "Heartbeat",
+    "WorkflowSpec",
     "ack",
     "ack_many",
     "activate",
@@ -66,6 +73,7 @@ __all__ = [
     "cancel_workflow",
     "clear_rate_limit_override",
     "create_workflow",
+    "create_workflow_spec",
     "database",
     "delete_cron",
     "delete_discarded",
@@ -107,4 +115,5 @@ __all__ = [
     "set_directive",
     "set_queue_limits",
     "sync_cron",
+    "workflow_tree",
 ]

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from django_ojs import envelope, failure
@@ -253,16 +253,29 @@ def prune(
     dead_letter_before: datetime | None = None,
     cancelled_before: datetime | None = None,
     events_before: datetime | None = None,
+    workflows_before: datetime | None = None,
     using: str | None = None,
 ) -> dict[str, int]:
-    """Delete finished jobs and events older than the given times (retention).
+    """Delete finished jobs, workflows and events older than the given times (retention).
 
     Plain discards and dead-lettered jobs (``dead_letter=True``) have separate cut-offs:
     the dead letter queue is kept longer (DLQ §8, digest §8.22). ``None`` keeps all.
+
+    A workflow's jobs are its graph: they are never pruned one by one while the outermost
+    workflow is ``pending``, ``running`` or ``failed`` (a failed workflow can be resumed
+    by retrying its failed steps). A completed or cancelled workflow is deleted, with the
+    workflows nested in it and every job left of them, once it finished before
+    ``workflows_before``; a failed one once it finished before ``dead_letter_before``.
     """
     using = db(using)
-    out = {"completed": 0, "discarded": 0, "dead_letter": 0, "cancelled": 0, "events": 0}
-    jobs = Job.objects.using(using)
+    out = {
+        "completed": 0, "discarded": 0, "dead_letter": 0, "cancelled": 0, "events": 0,
+        "workflows": 0,
+    }  # fmt: skip
+    kept = ("pending", "running", "failed")
+    jobs = Job.objects.using(using).exclude(
+        Q(workflow__root__isnull=True, workflow__state__in=kept) | Q(workflow__root__state__in=kept)
+    )
     with transaction.atomic(using=using):
         if completed_before is not None:
             out["completed"], _ = jobs.filter(
@@ -282,7 +295,27 @@ def prune(
             ).delete()
         if events_before is not None:
             out["events"], _ = Event.objects.using(using).filter(time__lt=events_before).delete()
+        roots = Workflow.objects.using(using).filter(root__isnull=True)
+        done = Q(pk__in=[])
+        if workflows_before is not None:
+            done |= Q(state__in=("completed", "cancelled"), finished_at__lt=workflows_before)
+        if dead_letter_before is not None:
+            done |= Q(state="failed", finished_at__lt=dead_letter_before)
+        ids = list(roots.filter(done).values_list("pk", flat=True)[:PRUNE_WORKFLOWS])
+        if ids:
+            family = list(
+                Workflow.objects.using(using)
+                .filter(Q(pk__in=ids) | Q(root_id__in=ids))
+                .values_list("pk", flat=True)
+            )
+            Job.objects.using(using).filter(workflow_id__in=family).delete()
+            Workflow.objects.using(using).filter(pk__in=family).delete()
+            out["workflows"] = len(family)
     return out
+
+
+#: Outermost workflows deleted per prune pass (each with all its rows).
+PRUNE_WORKFLOWS = 200
 
 
 def purge_all(*, using: str | None = None) -> dict[str, int]:

@@ -494,10 +494,22 @@ def retry_failed_steps(
     using = db(using)
     with transaction.atomic(using=using):
         workflow = workflows.get(workflow_id, using=using)
-        failed = list(
-            Job.objects.using(using)
-            .filter(workflow_id=workflow.id, workflow_step__gte=0, state=JobState.DISCARDED)
-            .order_by("workflow_step", "id")
+        # Its own failed steps and those of the workflows nested in it (§10).
+        nested, jobs = workflows.tree(workflow, using=using)
+        depth = {w.id: w.depth for w in nested}
+        failed = sorted(
+            (
+                job
+                for job in jobs
+                if job.workflow_step is not None
+                and job.workflow_step >= 0
+                and job.state == JobState.DISCARDED
+            ),
+            key=lambda job: (
+                depth.get(job.workflow_id, 0) if job.workflow_id else 0,
+                job.workflow_step or 0,
+                job.id,
+            ),
         )
         if not failed:
             raise InvalidTransition(

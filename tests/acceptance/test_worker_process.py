@@ -41,20 +41,23 @@ def events(pk, kind):
 
 
 def test_two_workers_drain_1000_jobs_each_run_exactly_once(processes):
-    # Each job takes 10 ms, so one worker alone (10 slots) needs >= 1 s for the 1,000:
-    # far longer than the other's poll interval, so both must take part, on SQLite too
-    # (no LISTEN/NOTIFY there; instant jobs could all be gone before the other polls).
+    # The first 11 jobs wait until both workers have started one: one worker (10 slots)
+    # cannot run them all, so the other must claim work too, whichever starts first and
+    # however slow the machine (no race against a clock).
     a = processes.worker("--concurrency", "10", OJS_WORKER_POLL_INTERVAL=0.05)
     b = processes.worker("--concurrency", "10", OJS_WORKER_POLL_INTERVAL=0.05)
     jobs = django_ojs.enqueue_many(
-        [
+        [{"type": "test.rendezvous", "args": [2], "priority": 10} for _ in range(11)]
+        + [
             {"type": "test.slow", "args": [{"duration_ms": 10}], "meta": {"n": i}}
-            for i in range(1000)
+            for i in range(989)
         ]
     )
     wait_for(lambda: Job.objects.filter(state="completed").count() == 1000, a, timeout=240)
     stored = Job.objects.all()
-    assert all(j.attempt == 1 and j.result == {"slept_ms": 10} for j in stored)
+    assert all(j.attempt == 1 for j in stored)
+    assert {j.result["slept_ms"] for j in stored if j.type == "test.slow"} == {10}
+    assert {j.result["workers"] for j in stored if j.type == "test.rendezvous"} == {2}
     started = Counter(Event.objects.filter(type="job.started").values_list("job_id", flat=True))
     done = Counter(Event.objects.filter(type="job.completed").values_list("job_id", flat=True))
     assert set(started) == set(done) == {j.id for j in jobs}

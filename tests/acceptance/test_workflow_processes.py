@@ -76,3 +76,40 @@ def test_chain_of_50_steps_runs_strictly_in_order(processes):
     for i, step in enumerate(steps):
         assert step.attempt == 1
         assert step.result["seen"] == list(range(i))
+
+
+def test_nested_chains_in_a_group_in_a_chain_under_3_workers(processes):
+    """Workflows §10: 3 levels (chain → group → 20 chains of 3) run by concurrent workers:
+    each inner chain in order, the group once all 20 are done, the outer chain after it."""
+    workers = [processes.worker(*QUEUES, "--concurrency", "8") for _ in range(3)]
+    inner = [
+        django_ojs.Chain(*(job("test.workflow_step", [100 * c + s]) for s in range(3)))
+        for c in range(20)
+    ]
+    wf = django_ojs.chain(
+        job("test.workflow_step", [0]),
+        django_ojs.Group(*inner, name="fan-out"),
+        job("test.workflow_step", [9999]),
+    )
+    wait_for(lambda: Workflow.objects.get(pk=wf.pk).state == "completed", workers, timeout=300)
+    wf.refresh_from_db()
+    assert (wf.completed, wf.failed, wf.cancelled) == (3, 0, 0)
+    group = Workflow.objects.get(parent=wf)
+    assert (group.state, group.completed, group.total) == ("completed", 20, 20)
+    chains = Workflow.objects.filter(parent=group)
+    assert chains.count() == 20
+    assert set(chains.values_list("state", "completed")) == {("completed", 3)}
+    for chain in chains:
+        steps = list(Job.objects.filter(workflow=chain).order_by("workflow_step"))
+        base = steps[0].args[0]
+        # Each inner step saw the outer step 0, then the inner steps before it.
+        assert [s.result["seen"] for s in steps] == [
+            [0], [0, base], [0, base, base + 1],
+        ]  # fmt: skip
+        assert all(s.attempt == 1 for s in steps)
+    last = Job.objects.get(workflow=wf, workflow_step=2)
+    # The outer chain's last step: step 0's result, then the group's (each chain's last).
+    assert last.parent_results[0]["n"] == 0
+    assert [r["n"] for r in last.parent_results[1]] == [100 * c + 2 for c in range(20)]
+    finished = Event.objects.filter(type="workflow.completed", subject=f"workflow:{group.id}")
+    assert finished.count() == 1

@@ -52,6 +52,21 @@ def test_page_draws_the_graph_with_each_node_linked_to_its_job(admin_client):
     assert html.count("<line") == 2 and html.count('data-state="pending"') == 2
 
 
+def test_nested_workflow_is_one_dashed_box_linked_to_its_own_page(admin_client):
+    wf = django_ojs.chain(
+        job("n.a", queue="n"),
+        django_ojs.Group(job("n.b", queue="n"), job("n.c", queue="n"), name="fan"),
+    )
+    inner = Workflow.objects.get(parent=wf)
+    html = admin_client.get(page(wf.pk)).content.decode()
+    assert html.count("ojs-node-nested") == 1
+    assert page(inner.pk) in html and "1. group fan" in html and "0/2 done" in html
+    assert html.count("<line") == 1
+    inner_html = admin_client.get(page(inner.pk)).content.decode()
+    assert f"step 1 of {wf.pk}" in inner_html and page(wf.pk) in inner_html
+    assert inner_html.count('data-state="pending"') == 2  # its jobs wait for step 0
+
+
 def test_big_workflows_are_summarised(admin_client):
     wf = django_ojs.group([job("big.x", [i], queue="big") for i in range(60)])
     html = admin_client.get(page(wf.pk)).content.decode()

@@ -186,7 +186,14 @@ def test_prune__respects_each_cut_off():
         discarded_before=timezone.now() - timedelta(days=1),
         events_before=timezone.now() - timedelta(days=1),
     )
-    assert out == {"completed": 1, "discarded": 1, "dead_letter": 0, "cancelled": 1, "events": 1}
+    assert out == {
+        "completed": 1,
+        "discarded": 1,
+        "dead_letter": 0,
+        "cancelled": 1,
+        "events": 1,
+        "workflows": 0,
+    }
     assert set(Job.objects.values_list("id", flat=True)) == {dead.id, recent.id}
     assert not Job.objects.filter(pk=plain.pk).exists()
     assert lifecycle.prune(dead_letter_before=timezone.now())["dead_letter"] == 1
@@ -205,5 +212,12 @@ def test_reaper_pass__moves_everything_due_and_reports_it(settings):
     result = reaper.run_once(prune=True)
     assert result.leader
     assert (result.promoted, result.expired, result.rescued, result.recovered) == (1, 1, 1, 1)
-    assert set(result.pruned) == {"completed", "discarded", "dead_letter", "cancelled", "events"}
+    assert set(result.pruned) == {
+        "completed",
+        "discarded",
+        "dead_letter",
+        "cancelled",
+        "events",
+        "workflows",
+    }
     assert not Job.objects.filter(state="active").exists()

@@ -12,7 +12,7 @@ from django_ojs.api.permissions import CANCEL, ENQUEUE, INSPECT
 from django_ojs.api.views.base import OJSView
 from django_ojs.conf import settings
 from django_ojs.exceptions import InvalidTransition, ValidationError
-from django_ojs.models import Job, Workflow
+from django_ojs.models import Workflow
 from django_ojs.policy import default_retry_policy
 
 
@@ -29,8 +29,20 @@ def _spec(item: dict[str, Any], field: str) -> envelope.JobSpec:
 
 
 def _render(wf: Workflow) -> dict[str, Any]:
-    jobs = list(Job.objects.using(settings.DATABASE).filter(workflow_id=wf.id))
-    return {"workflow": serializers.workflow(wf, jobs)}
+    nested, jobs = lifecycle.workflow_tree(wf, using=settings.DATABASE)
+    return {"workflow": serializers.workflow(wf, jobs, nested)}
+
+
+def _tree(data: dict[str, Any], path: str = "") -> lifecycle.WorkflowSpec:
+    """The parsed request (:func:`serializers.workflow_request`) as a workflow spec."""
+    at = f"{path}." if path else ""
+    field = data["field"]
+    members: list[envelope.JobSpec | lifecycle.WorkflowSpec] = []
+    for i, item in enumerate(data["jobs"]):
+        where = f"{at}{field}[{i}]"
+        members.append(_tree(item["workflow"], where) if "workflow" in item else _spec(item, where))
+    callbacks = {k: _spec(v, f"{at}callbacks.{k}") for k, v in data["callbacks"].items()}
+    return lifecycle.WorkflowSpec(data["kind"], members, callbacks, data["name"], data["metadata"])
 
 
 class WorkflowListView(OJSView):
@@ -40,19 +52,10 @@ class WorkflowListView(OJSView):
     body_required = True
 
     def post(self, request: Any) -> Response:
-        data = serializers.workflow_request(self.body(request))
-        field = data["field"]
-        jobs = [_spec(item, f"{field}[{i}]") for i, item in enumerate(data["jobs"])]
-        callbacks = {k: _spec(v, f"callbacks.{k}") for k, v in data["callbacks"].items()}
-        for spec in [*jobs, *callbacks.values()]:
-            self.require_queue(request, spec.queue, ENQUEUE)
-        wf = lifecycle.create_workflow(
-            data["kind"],
-            jobs,
-            name=data["name"],
-            callbacks=callbacks,
-            metadata=data["metadata"],
-        )
+        spec = _tree(serializers.workflow_request(self.body(request)))
+        for job in spec.jobs():
+            self.require_queue(request, job.queue, ENQUEUE)
+        wf = lifecycle.create_workflow_spec(spec)
         return Response(
             _render(wf),
             status=201,
