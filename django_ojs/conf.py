@@ -76,6 +76,16 @@ DEFAULT_RETENTION = {
 }
 
 
+DEFAULT_ENQUEUE_MIDDLEWARE = [
+    "django_ojs.middleware.TraceContextMiddleware",
+    "django_ojs.middleware.LoggingMiddleware",
+]
+DEFAULT_EXECUTION_MIDDLEWARE = [
+    "django_ojs.middleware.TraceContextMiddleware",
+    "django_ojs.middleware.LoggingMiddleware",
+]
+
+
 class Settings:
     """One typed property per ``OJS_*`` setting. Read on each access."""
 
@@ -225,6 +235,16 @@ class Settings:
     def CRON(self) -> dict[str, dict[str, Any]]:
         """Cron jobs declared in settings: ``{name: {"cron", "type", "args", ...}}``."""
         return dict(self._get("OJS_CRON", {}) or {})
+
+    @property
+    def ENQUEUE_MIDDLEWARE(self) -> list[Any]:
+        """Enqueue middleware (dotted paths or objects), in order (middleware §3)."""
+        return list(self._get("OJS_ENQUEUE_MIDDLEWARE", DEFAULT_ENQUEUE_MIDDLEWARE))
+
+    @property
+    def EXECUTION_MIDDLEWARE(self) -> list[Any]:
+        """Execution middleware (dotted paths or objects), outermost first (middleware §4)."""
+        return list(self._get("OJS_EXECUTION_MIDDLEWARE", DEFAULT_EXECUTION_MIDDLEWARE))
 
     @property
     def RETENTION(self) -> dict[str, float | None]:

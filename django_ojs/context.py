@@ -79,6 +79,10 @@ class JobContext:
         self._progress = progress
         self._on_cancel: list[Callable[[], None]] = []
         self._lock = threading.Lock()
+        #: Scratch space for this attempt, shared by execution middleware (§4.4).
+        self.metadata: dict[str, Any] = {}
+        #: The trace this attempt runs in (set by ``TraceContextMiddleware``), if any.
+        self.trace: Any = None
 
     @property
     def job(self) -> dict[str, Any]:

@@ -207,6 +207,8 @@ class Job(models.Model):
     retry_delay_ms: int | None
     #: Set by a push whose unique policy said ``ignore``: this is the existing job.
     deduplicated: bool
+    #: Set (True) on the unsaved job ``enqueue`` returns when enqueue middleware dropped it.
+    dropped: bool
 
     class Meta:
         db_table = "ojs_job"

@@ -88,6 +88,16 @@ def rendezvous(ctx: JobContext, workers: int) -> dict[str, int]:
     return {"workers": seen}
 
 
+@django_ojs.handler("test.trace")
+def trace(*args: Any) -> dict[str, str | None]:
+    """Report the W3C trace the handler runs in (the enqueuing request's trace)."""
+    from django_ojs import tracing
+
+    context = tracing.current()
+    logger.info("running in a trace")
+    return {"trace_id": context.trace_id if context else None}
+
+
 @django_ojs.handler("test.timed")
 def timed(*args: Any) -> dict[str, float]:
     """Sleep like ``test.slow`` and report when the handler ran (epoch seconds, this host)."""

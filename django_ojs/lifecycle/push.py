@@ -18,7 +18,7 @@ from django_ojs.drivers import EventMode, enqueue_event, get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import DuplicateJob, ValidationError
 from django_ojs.lifecycle import events
-from django_ojs.lifecycle.rows import build_spec, check_types, job_row
+from django_ojs.lifecycle.rows import build_spec, check_types, job_row, through_middleware
 from django_ojs.lifecycle.settle import cancel
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job
@@ -26,21 +26,40 @@ from django_ojs.policy import default_retry_policy, ms_delta
 from django_ojs.states import JobState
 
 
-def push_many(specs: Iterable[JobSpec], *, using: str | None = None) -> list[Job]:
+def push_many(
+    specs: Iterable[JobSpec], *, using: str | None = None, _middleware: bool = True
+) -> list[Job]:
     """Create jobs atomically: all of them or none (OJS core §7.1, batch variant).
 
     Runs in the caller's transaction when there is one, so the jobs commit or roll back
     with the caller's own rows. Raises :class:`DuplicateJob` if a client-supplied id exists.
+    Each job goes through the enqueue middleware first (middleware §9.1: one by one; an
+    error aborts the whole batch, a drop leaves out that job only).
     """
     using = db(using)
     specs = list(specs)
     check_types(specs)
     now = timezone.now()
     default_max_attempts = default_retry_policy().max_attempts
+    given_ids = {spec.id for spec in specs if spec.id is not None}
+    if _middleware:
+        kept = [through_middleware(spec) for spec in specs]
+        survivors = [spec for spec in kept if spec is not None]
+        if len(survivors) < len(specs):
+            # Middleware §7.2: a dropped job is not written and is not an error; the
+            # caller gets an unsaved job with ``dropped = True`` in its place.
+            pushed = iter(push_many(survivors, using=using, _middleware=False))
+            return [
+                next(pushed) if out is not None else _dropped(spec, now, default_max_attempts)
+                for spec, out in zip(specs, kept, strict=True)
+            ]
+        if any(out is not spec for spec, out in zip(specs, survivors, strict=True)):
+            check_types(survivors)
+        specs = survivors
     rows = [job_row(spec, now, default_max_attempts) for spec in specs]
     if not rows:
         return []
-    given = [row.id for row, spec in zip(rows, specs, strict=False) if spec.id is not None]
+    given = [row.id for row in rows if row.id in given_ids]
     driver = get_driver(using)
     mode = events.mode()
     if any(spec.unique_policy is not None for spec in specs):
@@ -162,6 +181,12 @@ def _reject(existing: Job, key: str, index: int | None) -> None:
         details["index"] = index
         message = f"jobs[{index}]: {message}"
     raise DuplicateJob(message, details=details)
+
+
+def _dropped(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
+    row = job_row(spec, now, default_max_attempts)
+    row.dropped = True
+    return row
 
 
 def _saved(rows: list[Job], using: str) -> list[Job]:

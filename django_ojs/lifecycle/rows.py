@@ -6,12 +6,13 @@ Shared by plain pushes (:mod:`.push`) and workflows (:mod:`.workflows`), below b
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from uuid6 import uuid7
 
-from django_ojs import envelope, validation
+from django_ojs import envelope, middleware, validation
 from django_ojs.conf import settings
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import ValidationError
@@ -88,6 +89,36 @@ def _defaulted_fields(names: frozenset[str]) -> list[Any]:
 
 def _defaulted(values: dict[str, Any]) -> list[Any]:
     return _defaulted_fields(frozenset(values))
+
+
+def through_middleware(spec: JobSpec) -> JobSpec | None:
+    """``spec`` as the enqueue middleware leaves it (middleware §3), ``None`` if dropped.
+
+    The id is set first, so every middleware sees the job's final id (§3.4). What a
+    middleware changed is checked again like the caller's input: it is code, but a
+    mistake there must not write a job the store cannot hold.
+    """
+    chain = middleware.enqueue_chain()
+    if not len(chain):
+        return spec
+    if spec.id is None:
+        spec = replace(spec, id=uuid7())
+    out = chain.run_enqueue(spec, _keep)
+    if out is None or out is spec:
+        return out
+    if not isinstance(out, JobSpec):
+        raise middleware.MiddlewareError(
+            f"Enqueue middleware returned {type(out).__name__}, not a JobSpec or None."
+        )
+    validation.validate_queue(out.queue)
+    validation.check_string(out.type, "type", max_length=255)
+    validation.check_json(out.args, "args")
+    validation.validate_meta(out.meta)
+    return out
+
+
+def _keep(spec: JobSpec) -> JobSpec:
+    return spec
 
 
 def check_types(specs: list[JobSpec]) -> None:

@@ -40,7 +40,7 @@ from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import InvalidTransition, ValidationError, WorkflowNotFound
 from django_ojs.lifecycle import audit, events
-from django_ojs.lifecycle.rows import build_spec, check_types, job_row
+from django_ojs.lifecycle.rows import build_spec, check_types, job_row, through_middleware
 from django_ojs.lifecycle.store import RELEASE, cas, db
 from django_ojs.models import Job, Workflow
 from django_ojs.policy import default_retry_policy
@@ -349,6 +349,14 @@ class _Build:
         )  # fmt: skip
 
     def job(self, spec: JobSpec, workflow: Workflow, step: int, *, pending: bool) -> Job:
+        given = through_middleware(spec)
+        if given is None:
+            raise ValidationError(
+                f"Enqueue middleware dropped a {spec.type!r} job of a {workflow.kind}: a "
+                "workflow is created whole or not at all.",
+                field="jobs",
+            )
+        spec = given
         row = job_row(replace(spec, pending=True) if pending else spec, self.now,
                       self.default_max_attempts)  # fmt: skip
         row.workflow_id = workflow.id

@@ -11,7 +11,7 @@ import asyncio
 import traceback
 from typing import Any
 
-from django_ojs import failure, validation
+from django_ojs import failure, middleware, validation
 from django_ojs.context import JobCancelled, JobContext, JobError
 from django_ojs.exceptions import NotStorable, ValidationError
 from django_ojs.registry import Handler
@@ -123,13 +123,18 @@ def crash_error(exitcode: int | None) -> dict[str, Any]:
 
 
 def run(handler: Handler, args: list[Any], ctx: JobContext) -> Outcome:
-    """Call ``handler`` with ``args`` (and ``ctx`` if it asks) and capture the outcome."""
-    try:
+    """Call ``handler`` with ``args`` (and ``ctx`` if it asks) inside the execution
+    middleware (OJS middleware §4) and capture the outcome."""
+
+    def invoke() -> Any:
         call_args, kwargs = handler.call_args(args, ctx)
         if handler.is_async:
-            result = _run_async(handler, call_args, kwargs, ctx)
-        else:
-            result = handler.func(*call_args, **kwargs)
+            return _run_async(handler, call_args, kwargs, ctx)
+        return handler.func(*call_args, **kwargs)
+
+    try:
+        chain = middleware.execution_chain()
+        result = chain.run_execution(ctx.job, ctx, invoke) if len(chain) else invoke()
     except (JobCancelled, asyncio.CancelledError) as exc:
         if ctx.cancel_error is not None:
             return Outcome(False, error=dict(ctx.cancel_error), requeue=ctx.cancel_requeue)

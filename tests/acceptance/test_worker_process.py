@@ -13,6 +13,7 @@ with generous deadlines, and no timing assertion depends on how fast a process s
 
 from __future__ import annotations
 
+import json
 import signal
 import statistics
 import time
@@ -291,3 +292,24 @@ def test_pickup_of_an_idle_worker_is_set_by_notifications_on_postgresql(processe
     # room for a shared CI machine.
     assert statistics.median(latencies) < 1000, latencies
     assert worker.returncode is None  # the worker is still serving
+
+
+def test_the_trace_of_the_enqueuing_request_reaches_the_worker(processes):
+    """Middleware §8.1.5: a traceparent sent with the push is the trace the handler runs in
+    (and the one its log lines name), in a real ``ojs_worker`` process."""
+    from django.test import RequestFactory
+
+    from django_ojs import tracing
+
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    worker = processes.worker()
+
+    def view(request):
+        from django.http import JsonResponse
+
+        return JsonResponse({"id": str(django_ojs.enqueue("test.trace").id)})
+
+    request = RequestFactory().get("/", HTTP_TRACEPARENT=f"00-{trace_id}-b7ad6b7169203331-01")
+    job_id = json.loads(tracing.TraceContextRequestMiddleware(view)(request).content)["id"]
+    wait_for(in_state(job_id, "completed"), worker, timeout=60)
+    assert job(job_id).result == {"trace_id": trace_id}

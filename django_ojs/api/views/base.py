@@ -16,6 +16,7 @@ from django.urls import reverse
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from django_ojs import tracing
 from django_ojs.actors import Actor
 from django_ojs.api import exceptions, permissions, throttling, wire
 from django_ojs.api.serializers import require_object
@@ -53,6 +54,14 @@ class OJSView(APIView):
 
     def get_exception_handler(self) -> Any:
         return exceptions.exception_handler
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        # A caller in a trace (W3C traceparent) has its trace carried into the jobs it
+        # enqueues (TraceContextMiddleware); without the header nothing is added.
+        if "traceparent" in request.headers and tracing.current() is None:
+            with tracing.use(tracing.from_headers(request.headers.get)):
+                return super().dispatch(request, *args, **kwargs)
+        return super().dispatch(request, *args, **kwargs)
 
     def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         # Before anything can fail, so every error body carries the request id.

@@ -33,6 +33,9 @@ class JobListView(OJSView):
         spec = _spec(self.body(request))
         self.require_queue(request, spec.queue, ENQUEUE)
         job = lifecycle.push(spec)
+        if getattr(job, "dropped", False):
+            # Middleware §7.2: not enqueued, and not an error.
+            return Response({"job": None, "dropped": True}, status=200)
         if getattr(job, "deduplicated", False):
             # unique-jobs §5.4: on_conflict "ignore" answers 200 with the existing job.
             return Response({"job": serializers.job(job), "deduplicated": True}, status=200)
@@ -61,7 +64,9 @@ class JobBatchView(OJSView):
                 raise
         for spec in specs:
             self.require_queue(request, spec.queue, ENQUEUE)
-        jobs = lifecycle.push_many(specs)
+        pushed = lifecycle.push_many(specs)
+        dropped = [i for i, j in enumerate(pushed) if getattr(j, "dropped", False)]
+        jobs = [j for j in pushed if not getattr(j, "dropped", False)]
         rendered = [
             # unique-jobs §5.4: a job an "ignore" policy kept is returned, marked.
             {**serializers.job(j), "deduplicated": True}
@@ -69,7 +74,10 @@ class JobBatchView(OJSView):
             else serializers.job(j)
             for j in jobs
         ]
-        return Response({"jobs": rendered, "count": len(jobs)}, status=201)
+        body: dict[str, Any] = {"jobs": rendered, "count": len(jobs)}
+        if dropped:
+            body["dropped"] = dropped  # middleware §9.2: indexes left out by middleware
+        return Response(body, status=201)
 
 
 class JobDetailView(OJSView):

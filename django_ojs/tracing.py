@@ -1,0 +1,134 @@
+"""W3C Trace Context (``traceparent``) without dependencies: parse, make, carry.
+
+The trace of the code running now is a :class:`~contextvars.ContextVar`, so it follows
+threads started with ``contextvars.copy_context()`` and asyncio tasks. Three places set
+it:
+
+* :class:`TraceContextRequestMiddleware` (Django ``MIDDLEWARE``): from the request's
+  ``traceparent`` header, or a new trace when there is none;
+* the OJS HTTP API, for each request, from the same header;
+* the execution side of :class:`~django_ojs.middleware.TraceContextMiddleware`, from the
+  ``traceparent`` the enqueue side stored in the job's ``meta``.
+
+:class:`TraceContextFilter` puts ``trace_id``, ``span_id`` and ``job_id`` on log records,
+so a log line in a handler names the trace of the request that enqueued its job.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_INVALID_TRACE = "0" * 32
+_INVALID_SPAN = "0" * 16
+
+
+@dataclass(frozen=True)
+class TraceContext:
+    """One span's identity in a trace (W3C Trace Context level 1, version 00)."""
+
+    trace_id: str
+    span_id: str
+    sampled: bool = True
+    tracestate: str | None = None
+
+    @property
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id}-{self.span_id}-{'01' if self.sampled else '00'}"
+
+    def child(self) -> TraceContext:
+        """A new span in the same trace (its parent is this one)."""
+        return TraceContext(self.trace_id, new_span_id(), self.sampled, self.tracestate)
+
+    @classmethod
+    def new(cls) -> TraceContext:
+        return cls(secrets.token_hex(16), new_span_id())
+
+
+def new_span_id() -> str:
+    return secrets.token_hex(8)
+
+
+def parse(traceparent: Any, tracestate: Any = None) -> TraceContext | None:
+    """The context a ``traceparent`` value names, or ``None`` if it is not a valid one."""
+    if not isinstance(traceparent, str):
+        return None
+    match = _TRACEPARENT.fullmatch(traceparent.strip().lower())
+    if match is None:
+        return None
+    trace_id, span_id, flags = match.groups()
+    if trace_id == _INVALID_TRACE or span_id == _INVALID_SPAN:
+        return None
+    state = tracestate if isinstance(tracestate, str) and len(tracestate) <= 512 else None
+    return TraceContext(trace_id, span_id, bool(int(flags, 16) & 1), state)
+
+
+_current: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar(
+    "django_ojs_trace", default=None
+)
+_job: contextvars.ContextVar[str | None] = contextvars.ContextVar("django_ojs_job", default=None)
+
+
+def current() -> TraceContext | None:
+    """The trace context of the code running now, if any."""
+    return _current.get()
+
+
+@contextmanager
+def use(context: TraceContext | None, *, job_id: str | None = None) -> Iterator[None]:
+    """Make ``context`` (and ``job_id``, for log records) current inside the block."""
+    token = _current.set(context)
+    job_token = _job.set(job_id) if job_id is not None else None
+    try:
+        yield
+    finally:
+        _current.reset(token)
+        if job_token is not None:
+            _job.reset(job_token)
+
+
+def from_headers(get: Callable[[str], Any]) -> TraceContext:
+    """The context of an incoming request: its ``traceparent`` (a child span of the
+    caller's), or a new trace when it has none or an invalid one."""
+    parent = parse(get("traceparent"), get("tracestate"))
+    return parent.child() if parent is not None else TraceContext.new()
+
+
+class TraceContextRequestMiddleware:
+    """Django middleware: each request runs in the trace its ``traceparent`` header names
+    (or a new one), and answers with that ``traceparent``. Jobs enqueued while it runs
+    carry the trace to the worker (:class:`~django_ojs.middleware.TraceContextMiddleware`).
+    """
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        context = from_headers(lambda name: request.headers.get(name))
+        with use(context):
+            response = self.get_response(request)
+        if "traceparent" not in response:
+            response["traceparent"] = context.traceparent
+        return response
+
+
+class TraceContextFilter(logging.Filter):
+    """Adds ``trace_id``, ``span_id`` and ``job_id`` (or ``"-"``) to every log record.
+
+    ``LOGGING = {"filters": {"trace": {"()": "django_ojs.tracing.TraceContextFilter"}},
+    ...}``, then ``%(trace_id)s`` in a formatter.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = _current.get()
+        record.trace_id = context.trace_id if context else "-"
+        record.span_id = context.span_id if context else "-"
+        record.job_id = _job.get() or getattr(record, "job_id", None) or "-"
+        return True
