@@ -237,6 +237,11 @@ class Settings:
         return dict(self._get("OJS_CRON", {}) or {})
 
     @property
+    def METRICS_MAX_TYPES(self) -> int:
+        """Distinct ``job_type`` label values a process keeps in its metrics."""
+        return int(self._get("OJS_METRICS_MAX_TYPES", 100))
+
+    @property
     def ENQUEUE_MIDDLEWARE(self) -> list[Any]:
         """Enqueue middleware (dotted paths or objects), in order (middleware §3)."""
         return list(self._get("OJS_ENQUEUE_MIDDLEWARE", DEFAULT_ENQUEUE_MIDDLEWARE))

@@ -12,6 +12,7 @@ from django_ojs.api import views
 
 v1 = [
     path("health", views.HealthView.as_view(), name="health"),
+    path("ready", views.ReadyView.as_view(), name="ready"),
     path("jobs", views.JobListView.as_view(), name="job-list"),
     path("jobs/batch", views.JobBatchView.as_view(), name="job-batch"),
     path("jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),
@@ -56,6 +57,7 @@ v1 = [
 
 urlpatterns = [
     path("manifest", views.ManifestView.as_view(), name="manifest"),
+    path("metrics", views.MetricsView.as_view(), name="metrics"),
     path("v1/", include(v1)),
     re_path(r"^.*$", views.NotFoundView.as_view(), name="not-found"),
 ]

@@ -19,7 +19,7 @@ from django_ojs.api.views.queues import (
     QueueStatsView,
 )
 from django_ojs.api.views.ratelimits import RateLimitDetailView, RateLimitListView
-from django_ojs.api.views.system import HealthView, ManifestView
+from django_ojs.api.views.system import HealthView, ManifestView, MetricsView, ReadyView
 from django_ojs.api.views.workers import (
     AckView,
     FetchView,
@@ -45,6 +45,7 @@ __all__ = [
     "JobDetailView",
     "JobListView",
     "ManifestView",
+    "MetricsView",
     "NackView",
     "NotFoundView",
     "OJSView",
@@ -56,6 +57,7 @@ __all__ = [
     "QueueStatsView",
     "RateLimitDetailView",
     "RateLimitListView",
+    "ReadyView",
     "WorkflowDetailView",
     "WorkflowListView",
 ]

@@ -9,9 +9,13 @@ import time
 from typing import Any
 
 from django.db import DatabaseError, connections
+from django.db.migrations.executor import MigrationExecutor
+from django.http import HttpResponse
 from rest_framework.response import Response
 
 import django_ojs
+from django_ojs import metrics
+from django_ojs.api.permissions import INSPECT
 from django_ojs.api.views.base import OJSView
 from django_ojs.api.wire import OJS_VERSION
 from django_ojs.conf import settings
@@ -105,3 +109,51 @@ class HealthView(OJSView):
             },
             status=code,
         )
+
+
+_migrated: set[str] = set()
+
+
+class ReadyView(OJSView):
+    """``GET /ojs/v1/ready``: 200 when this process can serve jobs, else 503.
+
+    Readiness (observability §6), beside ``/health`` (liveness): the job store answers
+    *and* its tables are migrated. For a load balancer or Kubernetes readiness probe.
+    """
+
+    def get(self, request: Any) -> Response:
+        alias = settings.DATABASE
+        checks: dict[str, Any] = {}
+        try:
+            Queue.objects.using(alias).exists()
+            checks["database"] = "ok"
+            if alias not in _migrated:
+                executor = MigrationExecutor(connections[alias])
+                plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+                if plan:
+                    checks["migrations"] = f"{len(plan)} not applied"
+                else:
+                    _migrated.add(alias)
+            checks.setdefault("migrations", "ok")
+        except DatabaseError as exc:
+            checks["database"] = f"unavailable: {str(exc).strip()[:200]}"
+        ready = all(value == "ok" for value in checks.values()) and "database" in checks
+        return Response(
+            {"status": "ready" if ready else "not_ready", "checks": checks},
+            status=200 if ready else 503,
+        )
+
+
+class MetricsView(OJSView):
+    """``GET /ojs/metrics``: Prometheus text format (needs prometheus-client).
+
+    Authenticated like the API (``inspect`` scope), so give Prometheus an API key
+    (``authorization: {credentials: ...}`` in its scrape config), or open the API with
+    ``OJS_API_AUTH = "none"`` on a private network.
+    """
+
+    operation = INSPECT
+
+    def get(self, request: Any) -> HttpResponse:
+        body, content_type = metrics.render()
+        return HttpResponse(body, content_type=content_type)

@@ -38,12 +38,27 @@ class Command(BaseCommand):
         parser.add_argument("--label", dest="labels", action="append", default=[],
                             help="A worker label reported in heartbeats (repeatable).")  # fmt: skip
         parser.add_argument("--database", default=None, help="Database alias (default OJS_DATABASE).")  # fmt: skip
+        parser.add_argument("--metrics-port", type=int, default=None,
+                            help="Serve this worker's Prometheus metrics on this port (needs prometheus-client).")  # fmt: skip
+        parser.add_argument("--metrics-addr", default="127.0.0.1",
+                            help="Address for --metrics-port (default 127.0.0.1; 0.0.0.0 for all).")  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["concurrency"] is not None and options["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
         if options["queues"] == []:
             raise CommandError("--queues needs at least one queue name")
+        if options["metrics_port"] is not None:
+            from django_ojs import metrics
+
+            if not metrics.available():
+                raise CommandError(
+                    "--metrics-port needs prometheus-client: pip install 'django-ojs[metrics]'"
+                )
+            try:
+                metrics.serve(options["metrics_port"], options["metrics_addr"])
+            except OSError as exc:
+                raise CommandError(f"--metrics-port {options['metrics_port']}: {exc}") from exc
         status = worker.run(
             queues=options["queues"],
             concurrency=options["concurrency"],
