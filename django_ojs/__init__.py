@@ -42,6 +42,7 @@ __all__ = [
     "job",
     "periodic",
     "retry_discarded",
+    "wait",
 ]
 
 _LAZY = {
@@ -65,6 +66,7 @@ _LAZY = {
     "activate": "django_ojs.lifecycle",
     "beat": "django_ojs.lifecycle",
     "retry_discarded": "django_ojs.lifecycle",
+    "wait": "django_ojs.lifecycle",
     "chain": "django_ojs.workflows",
     "group": "django_ojs.workflows",
     "batch": "django_ojs.workflows",
@@ -88,6 +90,7 @@ if TYPE_CHECKING:
         fail,
         fetch,
         retry_discarded,
+        wait,
     )
     from django_ojs.registry import handler, periodic
     from django_ojs.retry import RetryPolicy

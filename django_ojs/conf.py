@@ -237,6 +237,16 @@ class Settings:
         return dict(self._get("OJS_CRON", {}) or {})
 
     @property
+    def RESULT_TTL(self) -> int:
+        """Results §6.1: seconds a completed job's result is kept (default 7 days)."""
+        return int(self._get("OJS_RESULT_TTL", 7 * 86400))
+
+    @property
+    def RESULT_WAIT_MAX(self) -> float:
+        """The longest blocking wait for a result over HTTP, in seconds."""
+        return float(self._get("OJS_RESULT_WAIT_MAX", 60))
+
+    @property
     def METRICS_MAX_TYPES(self) -> int:
         """Distinct ``job_type`` label values a process keeps in its metrics."""
         return int(self._get("OJS_METRICS_MAX_TYPES", 100))

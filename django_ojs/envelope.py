@@ -56,7 +56,7 @@ KNOWN_ATTRIBUTES = frozenset(
         "id", "type", "args", "meta", "queue", "priority", "timeout", "timeout_ms",
         "scheduled_at", "expires_at", "retry", "unique", "schema", "tags", "pending",
         "rate_limit", "visibility_timeout", "visibility_timeout_ms", "total_timeout", "enqueue_ttl",
-        "grace_period", "heartbeat_timeout", "options",
+        "grace_period", "heartbeat_timeout", "options", "result_ttl",
     }
 )  # fmt: skip
 
@@ -100,6 +100,8 @@ class JobSpec:
     enqueue_ttl_ms: int | None = None
     grace_period_ms: int | None = None
     heartbeat_timeout_ms: int | None = None
+    #: Results §6.1: seconds to keep the result after the job finishes; -1 forever, 0 none.
+    result_ttl: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -277,6 +279,7 @@ def build(
     enqueue_ttl: float | timedelta | None = None,
     grace_period: float | timedelta | None = None,
     heartbeat_timeout: float | timedelta | None = None,
+    result_ttl: int | timedelta | None = None,
     id: uuid.UUID | str | None = None,
     extra: dict[str, Any] | None = None,
     now: datetime | None = None,
@@ -315,9 +318,33 @@ def build(
         enqueue_ttl_ms=duration_ms(enqueue_ttl, "enqueue_ttl"),
         grace_period_ms=duration_ms(grace_period, "grace_period", allow_zero=True),
         heartbeat_timeout_ms=duration_ms(heartbeat_timeout, "heartbeat_timeout"),
+        result_ttl=validate_result_ttl(result_ttl),
         extra=check_json(extra or {}, "extra"),
     )
     return _finish(spec, max_bytes)
+
+
+#: The longest result TTL, and what ``-1`` (permanent, results §7.1) is stored as.
+MAX_RESULT_TTL = 100 * 365 * 86400
+
+
+def validate_result_ttl(value: Any) -> int | None:
+    """Results §7.1: whole seconds, ``0`` (ephemeral), ``-1`` (permanent) or more."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+        if value != int(value):
+            raise ValidationError("result_ttl must be whole seconds", field="result_ttl")
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError("result_ttl must be an integer of seconds", field="result_ttl")
+    if value < -1 or value > MAX_RESULT_TTL:
+        raise ValidationError(
+            f"result_ttl must be -1 (permanent), 0 or up to {MAX_RESULT_TTL} seconds",
+            field="result_ttl",
+        )
+    return value
 
 
 def _when(value: Any, name: str, now: datetime) -> datetime | None:
@@ -405,6 +432,7 @@ def from_wire(
         enqueue_ttl_ms=duration("enqueue_ttl"),
         grace_period_ms=duration("grace_period", allow_zero=True),
         heartbeat_timeout_ms=duration("heartbeat_timeout"),
+        result_ttl=validate_result_ttl(opt("result_ttl")),
         extra=extra,
     )
     return _finish(spec, max_bytes)
@@ -428,7 +456,9 @@ def _seconds(ms: int | None) -> int | float | None:
     return ms // 1000 if ms % 1000 == 0 else ms / 1000
 
 
-def to_wire(job: Any, *, default_retry: RetryPolicy | None = None) -> dict[str, Any]:
+def to_wire(
+    job: Any, *, default_retry: RetryPolicy | None = None, default_result_ttl: int | None = None
+) -> dict[str, Any]:
     """Render a stored job as the complete OJS envelope (core §5, HTTP binding §9)."""
     ts = format_timestamp
     policy = RetryPolicy.from_wire(job.retry, base=default_retry) if job.retry else default_retry
@@ -478,6 +508,20 @@ def to_wire(job: Any, *, default_retry: RetryPolicy | None = None) -> dict[str, 
     out["errors"] = job.errors or []
     if job.state == "completed" or job.result is not None:
         out["result"] = job.result
+    ttl = getattr(job, "result_ttl", None)
+    if ttl is not None:
+        seconds = int(ttl.total_seconds())
+        out["result_ttl"] = -1 if seconds >= MAX_RESULT_TTL else seconds
+    if job.state == "completed" and job.completed_at is not None:
+        # Results §6.2; the expiry follows the job's result_ttl or OJS_RESULT_TTL.
+        out["result_stored_at"] = ts(job.completed_at)
+        pruned = getattr(job, "result_pruned_at", None)
+        if pruned is not None:
+            out["result_pruned_at"] = ts(pruned)
+        elif ttl is not None and ttl.total_seconds() < MAX_RESULT_TTL:
+            out["result_expires_at"] = ts(job.completed_at + ttl)
+        elif ttl is None and default_result_ttl is not None:
+            out["result_expires_at"] = ts(job.completed_at + timedelta(seconds=default_result_ttl))
     if job.state == "discarded":
         out["dead_letter"] = job.dead_letter
     deferred = job.get_deferred_fields() if hasattr(job, "get_deferred_fields") else ()

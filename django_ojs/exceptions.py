@@ -139,6 +139,21 @@ class WorkflowNotFound(NotFound):
         self.workflow_id = workflow_id
 
 
+class WaitTimeout(OJSError):
+    """The job did not reach a terminal state within the wait (results §8.2: 408)."""
+
+    code = "timeout"
+    http_status = 408
+    retryable = True
+
+
+class ResultPruned(OJSError):
+    """The job finished but its result was deleted after its ``result_ttl`` (§10.5: 410)."""
+
+    code = "result_pruned"
+    http_status = 410
+
+
 class InvalidTransition(OJSError):
     """The job's current state does not allow this operation."""
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 from uuid6 import uuid7
 
 from django_ojs import envelope, states
+from django_ojs.conf import settings as ojs_settings
 from django_ojs.policy import default_retry_policy
 from django_ojs.states import JobState
 
@@ -193,6 +194,13 @@ class Job(models.Model):
     workflow_step = models.IntegerField(null=True, blank=True)
     parent_results = models.JSONField(null=True, blank=True)
 
+    # Results (OJS results §6-§8): how long the result is kept after completion (NULL:
+    # OJS_RESULT_TTL), when the reaper deleted it, and whether someone waits for this job
+    # (``django_ojs.wait``: on PostgreSQL a trigger then NOTIFYs its terminal transition).
+    result_ttl = models.DurationField(null=True, blank=True)
+    result_pruned_at = models.DateTimeField(null=True, blank=True)
+    awaited = models.BooleanField(default=False)
+
     objects = JobManager()
 
     # Not columns: set by some lifecycle operations on the job they return (annotations only,
@@ -278,7 +286,11 @@ class Job(models.Model):
 
     def to_wire(self) -> dict[str, Any]:
         """The job as an OJS JSON envelope."""
-        return envelope.to_wire(self, default_retry=default_retry_policy(self.max_attempts))
+        return envelope.to_wire(
+            self,
+            default_retry=default_retry_policy(self.max_attempts),
+            default_result_ttl=ojs_settings.RESULT_TTL,
+        )
 
 
 class WorkerQuerySet(models.QuerySet["Worker"]):

@@ -89,7 +89,7 @@ def prune_expired(*, using: str | None = None) -> dict[str, int]:
         seconds = retention.get(key)
         return None if seconds is None else now - timedelta(seconds=seconds)
 
-    return lifecycle.prune(
+    out = lifecycle.prune(
         completed_before=before("completed"),
         cancelled_before=before("cancelled"),
         discarded_before=before("discarded"),
@@ -98,6 +98,8 @@ def prune_expired(*, using: str | None = None) -> dict[str, int]:
         workflows_before=before("workflows"),
         using=using,
     )
+    out["results"] = lifecycle.prune_results(now, using=using)
+    return out
 
 
 def run(

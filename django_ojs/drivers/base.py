@@ -277,6 +277,15 @@ class Driver(ABC):
         """
 
     @abstractmethod
+    def wait_finished(self, job_id: Any, timeout: float) -> str | None:
+        """Block until job ``job_id`` is terminal or ``timeout`` seconds pass.
+
+        Returns its state then (``None`` if there is no such job), or the non-terminal
+        state it still has at the timeout. PostgreSQL: woken by a NOTIFY from the job's
+        terminal transition; SQLite: polls with a growing interval (at most 0.5 s).
+        """
+
+    @abstractmethod
     def listener(self, queues: list[str]) -> Listener:
         """A new object that waits for work in ``queues`` (one per worker loop)."""
 

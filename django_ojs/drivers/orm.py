@@ -6,6 +6,7 @@ replaces the hot paths with single statements and keeps the rest. No vendor bran
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -24,7 +25,7 @@ from django_ojs.drivers.base import (
 )
 from django_ojs.models import Event, Job, Queue
 from django_ojs.policy import elapsed_ms
-from django_ojs.states import RELEASED_FIELDS
+from django_ojs.states import RELEASED_FIELDS, TERMINAL_STATES
 
 RELEASED: dict[str, Any] = dict.fromkeys(RELEASED_FIELDS)
 
@@ -163,6 +164,18 @@ class OrmDriver(Driver):
             if events.stored:
                 self.insert_events(rows)
         return Written(owned, rows if events.returned else [])
+
+    def wait_finished(self, job_id: Any, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        jobs = Job.objects.using(self.using).filter(pk=job_id)
+        while True:
+            state = jobs.values_list("state", flat=True).first()
+            left = deadline - time.monotonic()
+            if state is None or state in TERMINAL_STATES or left <= 0:
+                return state
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.5)
 
     def insert_events(self, rows: list[EventRow]) -> None:
         if rows:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,7 @@ from django_ojs.drivers.base import Completion, EventMode, EventRow, Written
 from django_ojs.drivers.orm import OrmDriver
 from django_ojs.models import Job
 from django_ojs.policy import Durations
+from django_ojs.states import TERMINAL_STATES
 
 logger = logging.getLogger("django_ojs.worker")
 
@@ -413,6 +415,31 @@ class PostgreSQLDriver(OrmDriver):
 
     def listener(self, queues: list[str]) -> PostgreSQLListener:
         return PostgreSQLListener(self.using, queues)
+
+    def wait_finished(self, job_id: Any, timeout: float) -> str | None:
+        # Own autocommit connection: LISTEN first, then mark the job awaited (the trigger
+        # of migration 0013 NOTIFYs a terminal transition of an awaited job), then read
+        # its state. A transition committed before the mark is seen by the read; one
+        # after it is notified: none is missed. Notifications of other jobs are skipped.
+        params = connections[self.using].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(**params, autocommit=True) as conn:
+            conn.execute("LISTEN ojs_finished")
+            conn.execute(
+                "UPDATE ojs_job SET awaited = true WHERE id = %s AND NOT awaited "
+                "AND state NOT IN ('completed', 'discarded', 'cancelled')",
+                [job_id],
+            )
+            while True:
+                row = conn.execute("SELECT state FROM ojs_job WHERE id = %s", [job_id]).fetchone()
+                state = row[0] if row else None
+                left = deadline - time.monotonic()
+                if state is None or state in TERMINAL_STATES or left <= 0:
+                    return state
+                for _ in conn.notifies(timeout=min(left, 5.0), stop_after=1):
+                    break  # any notification: read the state again (cheap, one row)
 
 
 def _model_fields(fields: Sequence[str] | None) -> list[Any]:

@@ -36,6 +36,9 @@ from django_ojs.lifecycle.ratelimits import clear_override as clear_rate_limit_o
 from django_ojs.lifecycle.ratelimits import keys as rate_limit_keys
 from django_ojs.lifecycle.ratelimits import override as override_rate_limit
 from django_ojs.lifecycle.ratelimits import status as rate_limit_status
+from django_ojs.lifecycle.results import MAX_IDS as RESULTS_MAX_IDS
+from django_ojs.lifecycle.results import outcome as result_outcome
+from django_ojs.lifecycle.results import prune_results, results, wait
 from django_ojs.lifecycle.settle import (
     ack,
     activate,
@@ -61,6 +64,7 @@ from django_ojs.lifecycle.workflows import tree as workflow_tree
 
 __all__ = [
     "MAINTENANCE_BATCH",
+    "RESULTS_MAX_IDS",
     "WORKFLOW_KINDS",
     "WORKFLOW_MAX_DEPTH",
     "Heartbeat",
@@ -95,6 +99,7 @@ __all__ = [
     "pause_queue",
     "promote_due",
     "prune",
+    "prune_results",
     "purge",
     "purge_all",
     "push",
@@ -106,6 +111,8 @@ __all__ = [
     "register_cron",
     "report_progress",
     "rescue_expired",
+    "result_outcome",
+    "results",
     "resume_queue",
     "retry_discarded",
     "retry_failed_steps",
@@ -115,5 +122,6 @@ __all__ = [
     "set_directive",
     "set_queue_limits",
     "sync_cron",
+    "wait",
     "workflow_tree",
 ]

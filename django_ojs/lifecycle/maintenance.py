@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q, QuerySet
 from django.utils import timezone
 
 from django_ojs import envelope, failure
@@ -278,9 +278,16 @@ def prune(
     )
     with transaction.atomic(using=using):
         if completed_before is not None:
-            out["completed"], _ = jobs.filter(
-                state=JobState.COMPLETED, completed_at__lt=completed_before
-            ).delete()
+            # A job whose result_ttl reaches further than the retention stays until then.
+            keeps_result = ExpressionWrapper(
+                F("completed_at") + F("result_ttl"), output_field=DateTimeField()
+            )
+            out["completed"], _ = (
+                jobs.filter(state=JobState.COMPLETED, completed_at__lt=completed_before)
+                .annotate(keeps_result=keeps_result)
+                .filter(Q(result_ttl__isnull=True) | Q(keeps_result__lt=timezone.now()))
+                .delete()
+            )
         if discarded_before is not None:
             out["discarded"], _ = jobs.filter(
                 state=JobState.DISCARDED, dead_letter=False, discarded_at__lt=discarded_before

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from uuid6 import uuid7
@@ -67,6 +67,7 @@ def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
         "enqueue_ttl_ms": spec.enqueue_ttl_ms,
         "grace_period_ms": spec.grace_period_ms,
         "heartbeat_timeout_ms": spec.heartbeat_timeout_ms,
+        "result_ttl": _result_ttl(spec.result_ttl),
         "scheduled_at": spec.scheduled_at,
         "expires_at": spec.expires_at,
         "created_at": now,
@@ -89,6 +90,12 @@ def _defaulted_fields(names: frozenset[str]) -> list[Any]:
 
 def _defaulted(values: dict[str, Any]) -> list[Any]:
     return _defaulted_fields(frozenset(values))
+
+
+def _result_ttl(seconds: int | None) -> timedelta | None:
+    if seconds is None:
+        return None
+    return timedelta(seconds=envelope.MAX_RESULT_TTL if seconds == -1 else seconds)
 
 
 def through_middleware(spec: JobSpec) -> JobSpec | None:

@@ -37,7 +37,7 @@ from django_ojs import states
 from django_ojs.actors import Actor
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
-from django_ojs.envelope import JobSpec
+from django_ojs.envelope import MAX_RESULT_TTL, JobSpec
 from django_ojs.exceptions import InvalidTransition, ValidationError, WorkflowNotFound
 from django_ojs.lifecycle import audit, events
 from django_ojs.lifecycle.rows import build_spec, check_types, job_row, through_middleware
@@ -662,6 +662,14 @@ def _spec_tree(workflow: Workflow, using: str) -> WorkflowSpec:
     return WorkflowSpec(workflow.kind, members, callbacks, workflow.name, workflow.metadata)
 
 
+def envelope_ttl(ttl: Any) -> int | None:
+    """A stored ``result_ttl`` back in seconds (``-1``: permanent)."""
+    if ttl is None:
+        return None
+    seconds = int(ttl.total_seconds())
+    return -1 if seconds >= MAX_RESULT_TTL else seconds
+
+
 def _spec_of(job: Job) -> JobSpec:
     """The spec a ``pending`` copy of ``job`` is created from (a resumed chain's step)."""
     return JobSpec(
@@ -680,6 +688,7 @@ def _spec_of(job: Job) -> JobSpec:
         enqueue_ttl_ms=job.enqueue_ttl_ms,
         grace_period_ms=job.grace_period_ms,
         heartbeat_timeout_ms=job.heartbeat_timeout_ms,
+        result_ttl=envelope_ttl(job.result_ttl),
         extra=job.extra,
     )
 

@@ -219,5 +219,6 @@ def test_reaper_pass__moves_everything_due_and_reports_it(settings):
         "cancelled",
         "events",
         "workflows",
+        "results",
     }
     assert not Job.objects.filter(state="active").exists()

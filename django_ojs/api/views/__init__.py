@@ -10,7 +10,14 @@ from django_ojs.api.views.dead_letter import (
     DeadLetterRetryView,
 )
 from django_ojs.api.views.events import EventListView
-from django_ojs.api.views.jobs import JobActivateView, JobBatchView, JobDetailView, JobListView
+from django_ojs.api.views.jobs import (
+    JobActivateView,
+    JobBatchView,
+    JobDetailView,
+    JobListView,
+    JobResultsView,
+    JobResultView,
+)
 from django_ojs.api.views.queues import (
     QueueConfigView,
     QueueListView,
@@ -44,6 +51,8 @@ __all__ = [
     "JobBatchView",
     "JobDetailView",
     "JobListView",
+    "JobResultView",
+    "JobResultsView",
     "ManifestView",
     "MetricsView",
     "NackView",

@@ -116,3 +116,64 @@ def _uuid(job_id: str) -> uuid.UUID:
         return uuid.UUID(job_id)
     except ValueError:
         raise JobNotFound(job_id) from None
+
+
+class JobResultView(OJSView):
+    """``GET /ojs/v1/jobs/{id}/result[?wait=true&timeout=30]`` (results §8.2, §10.3).
+
+    200 ``{job_id, state, result | error}``; with ``wait``, blocks until the job finishes
+    or ``timeout`` seconds (default 30, at most ``OJS_RESULT_WAIT_MAX``) pass: then 408.
+    404 for an unknown job, 410 when its result was pruned.
+    """
+
+    operation = INSPECT
+
+    def get(self, request: Any, job_id: str) -> Response:
+        self.require_job_queue(request, job_id, INSPECT)
+        wait = _flag(request.query_params.get("wait"), "wait")
+        found: Job | None
+        if wait:
+            found = lifecycle.wait(job_id, _timeout(request.query_params.get("timeout")))
+        else:
+            found = Job.objects.using(settings.DATABASE).filter(pk=_uuid(job_id)).first()
+        if found is None:
+            raise JobNotFound(job_id)
+        job = found
+        body = lifecycle.result_outcome(job)
+        headers = {} if "error" in body or job.state == "completed" else {"Retry-After": "1"}
+        return Response(body, headers=headers)
+
+
+class JobResultsView(OJSView):
+    """``POST /ojs/v1/jobs/results`` ``{"ids": [...]}``: many results at once (§10.4)."""
+
+    operation = INSPECT
+    body_required = True
+
+    def post(self, request: Any) -> Response:
+        ids = self.body(request).get("ids") or []
+        if self.principal(request).queues is not None and isinstance(ids, list):
+            for job_id in ids[: lifecycle.RESULTS_MAX_IDS]:
+                self.require_job_queue(request, job_id, INSPECT)  # a key bound to queues
+        return Response({"results": lifecycle.results(ids)})
+
+
+def _flag(value: str | None, name: str) -> bool:
+    if value is None or value.lower() in {"false", "0", ""}:
+        return False
+    if value.lower() in {"true", "1"}:
+        return True
+    raise ValidationError(f"{name} must be true or false", field=name)
+
+
+def _timeout(value: str | None) -> float:
+    limit = settings.RESULT_WAIT_MAX
+    if value is None:
+        return min(30.0, limit)
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValidationError("timeout must be a number of seconds", field="timeout") from None
+    if not 0 <= seconds <= limit:
+        raise ValidationError(f"timeout must be between 0 and {limit:g} seconds", field="timeout")
+    return seconds
