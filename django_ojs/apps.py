@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.conf import settings as django_settings
 
 
 class OJSConfig(AppConfig):
@@ -16,3 +17,11 @@ class OJSConfig(AppConfig):
         from django_ojs.registry import autodiscover
 
         autodiscover()  # imports <app>.jobs (OJS_HANDLER_MODULES) so @handler runs
+        backends = getattr(django_settings, "TASKS", None) or {}
+        if any(
+            isinstance(b, dict) and b.get("BACKEND") == "django_ojs.tasks.OJSBackend"
+            for b in backends.values()
+        ):
+            from django_ojs import tasks
+
+            tasks.install()  # ojs_worker also runs the @task functions of installed apps

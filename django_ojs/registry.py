@@ -86,6 +86,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._resolvers: list[Callable[[str], Handler | None]] = []
         self._lock = threading.Lock()
 
     def register(self, job_type: str, func: Callable[..., Any], *, replace: bool = False) -> None:
@@ -119,7 +120,25 @@ class Registry:
             self._handlers.pop(job_type, None)
 
     def get(self, job_type: str) -> Handler | None:
-        return self._handlers.get(job_type)
+        found = self._handlers.get(job_type)
+        if found is None and self._resolvers:
+            for resolve in self._resolvers:
+                found = resolve(job_type)
+                if found is not None:
+                    with self._lock:
+                        self._handlers.setdefault(job_type, found)
+                    break
+        return found
+
+    def add_resolver(self, resolve: Callable[[str], Handler | None]) -> None:
+        """Find handlers the decorator did not register (Django tasks: ``django_ojs.tasks``).
+
+        Asked, in order, for a job type without a registered handler; what one returns is
+        kept for that type.
+        """
+        with self._lock:
+            if resolve not in self._resolvers:
+                self._resolvers.append(resolve)
 
     def types(self) -> list[str]:
         return sorted(self._handlers)

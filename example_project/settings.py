@@ -29,6 +29,15 @@ INSTALLED_APPS = [
     "example_project",
 ]
 
+# Django's task framework runs on OJS: @task functions (example_project/tasks.py) are
+# enqueued as OJS jobs and run by manage.py ojs_worker.
+TASKS = {
+    "default": {
+        "BACKEND": "django_ojs.tasks.OJSBackend",
+        "QUEUES": ["default", "email"],
+    }
+}
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -28,7 +28,16 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "django_ojs",
+    "tests.taskapp",
 ]
+# Django's task framework on OJS (django_ojs.tasks); tests/taskapp holds the tasks.
+TASKS = {
+    "default": {
+        "BACKEND": "django_ojs.tasks.OJSBackend",
+        "QUEUES": ["default", "tasks"],
+        "OPTIONS": {"timeout": 60},
+    }
+}
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -10,6 +10,16 @@ import json
 import os
 
 from example_project.settings import *  # noqa: F403 - the example project, unchanged
+from example_project.settings import INSTALLED_APPS
+
+# The Django tasks the backend tests enqueue (tests/taskapp) must be runnable here too.
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.taskapp"]
+TASKS = {
+    "default": {
+        "BACKEND": "django_ojs.tasks.OJSBackend",
+        "QUEUES": ["default", "email", "tasks"],
+    }
+}
 
 for _name, _value in os.environ.items():
     if _name.startswith("OJS_") and _name != "OJS_LOG_LEVEL":

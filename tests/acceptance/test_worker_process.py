@@ -313,3 +313,24 @@ def test_the_trace_of_the_enqueuing_request_reaches_the_worker(processes):
     job_id = json.loads(tracing.TraceContextRequestMiddleware(view)(request).content)["id"]
     wait_for(in_state(job_id, "completed"), worker, timeout=60)
     assert job(job_id).result == {"trace_id": trace_id}
+
+
+def test_django_tasks_run_in_a_real_worker_with_retries(processes):
+    """``@task`` functions of installed apps run in ``ojs_worker`` (django_ojs.tasks)."""
+    from django_ojs.tasks import tasks_api
+    from example_project import tasks as example
+    from tests.taskapp import tasks
+
+    worker = processes.worker()
+    welcome = example.send_welcome_email.enqueue(7, template="hello")
+    flaky = example.flaky_sync.enqueue(3)
+    added = tasks.add.enqueue(40, b=2)
+    for result in (welcome, flaky, added):
+        wait_for(in_state(result.id, "completed"), worker, timeout=60)
+    assert job(welcome.id).result == {"user_id": 7, "template": "hello", "sent": True}
+    retried = job(flaky.id)
+    assert retried.result == {"n": 3, "attempt": 2} and retried.attempt == 2
+    assert retried.errors[0]["type"] == "ConnectionError"
+    got = tasks.add.get_result(added.id)
+    assert got.status == tasks_api.Status.SUCCESSFUL and got.return_value == 42
+    assert got.worker_ids == [worker.worker().id]
