@@ -200,6 +200,8 @@ class Job(models.Model):
     result_ttl = models.DurationField(null=True, blank=True)
     result_pruned_at = models.DateTimeField(null=True, blank=True)
     awaited = models.BooleanField(default=False)
+    #: The last progress report (progress §7.1): ``{progress, message, data, updated_at}``.
+    last_progress = models.JSONField(null=True, blank=True)
 
     objects = JobManager()
 

@@ -6,11 +6,12 @@ the mount point is an OJS 404 (the last pattern), never an HTML page or a redire
 
 from __future__ import annotations
 
-from django.urls import include, path, re_path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from django_ojs.api import views
+from django_ojs.api.views import admin as admin_views
 
-v1 = [
+v1: list[URLPattern | URLResolver] = [
     path("health", views.HealthView.as_view(), name="health"),
     path("ready", views.ReadyView.as_view(), name="ready"),
     path("jobs", views.JobListView.as_view(), name="job-list"),
@@ -30,11 +31,6 @@ v1 = [
     path("queues/<str:name>/pause", views.QueuePauseView.as_view(), name="queue-pause"),
     path("queues/<str:name>/resume", views.QueueResumeView.as_view(), name="queue-resume"),
     path("queues/<str:name>/config", views.QueueConfigView.as_view(), name="queue-config"),
-    path(
-        "admin/queues/<str:name>/config",
-        views.QueueConfigView.as_view(),
-        name="admin-queue-config",
-    ),
     path("dead-letter", views.DeadLetterListView.as_view(), name="dead-letter-list"),
     path(
         "dead-letter/<str:job_id>", views.DeadLetterDetailView.as_view(), name="dead-letter-detail"
@@ -56,6 +52,37 @@ v1 = [
         name="workflow-detail",
     ),
 ]
+
+admin = [
+    path("stats", admin_views.StatsView.as_view(), name="admin-stats"),
+    path("stats/history", admin_views.StatsHistoryView.as_view(), name="admin-stats-history"),
+    path("queues", admin_views.QueuesView.as_view(), name="admin-queues"),
+    path("queues/<str:name>", admin_views.QueueView.as_view(), name="admin-queue"),
+    path("queues/<str:name>/pause", admin_views.QueuePauseView.as_view(), name="admin-pause"),
+    path("queues/<str:name>/resume", admin_views.QueueResumeView.as_view(), name="admin-resume"),
+    path("queues/<str:name>/jobs", admin_views.QueueJobsView.as_view(), name="admin-purge"),
+    path("queues/<str:name>/config", views.QueueConfigView.as_view(), name="admin-queue-config"),
+    path("jobs", admin_views.JobsView.as_view(), name="admin-jobs"),
+    path("jobs/bulk/<str:action>", admin_views.JobsBulkView.as_view(), name="admin-bulk"),
+    path("jobs/<str:job_id>", admin_views.JobView.as_view(), name="admin-job"),
+    path("jobs/<str:job_id>/cancel", admin_views.JobCancelView.as_view(), name="admin-cancel"),
+    path("jobs/<str:job_id>/retry", admin_views.JobRetryView.as_view(), name="admin-retry"),
+    path("workers", admin_views.WorkersView.as_view(), name="admin-workers"),
+    path("workers/<str:worker_id>", admin_views.WorkerView.as_view(), name="admin-worker"),
+    path(
+        "workers/<str:worker_id>/quiet",
+        admin_views.WorkerQuietView.as_view(),
+        name="admin-worker-quiet",
+    ),
+    path("dead-letter", admin_views.DeadLetterView.as_view(), name="admin-dead-letter"),
+    path(
+        "dead-letter/<str:job_id>/retry",
+        admin_views.DeadLetterRetryView.as_view(),
+        name="admin-dead-letter-retry",
+    ),
+    path("system/config", admin_views.SystemConfigView.as_view(), name="admin-system-config"),
+]
+v1.append(path("admin/", include(admin)))
 
 urlpatterns = [
     path("manifest", views.ManifestView.as_view(), name="manifest"),

@@ -11,6 +11,8 @@ Vendor-specific SQL is behind ``django_ojs.drivers``.
 from __future__ import annotations
 
 from django_ojs.lifecycle.batch import ack_many, fail_many
+from django_ojs.lifecycle.bulkops import ACTIONS as BULK_ACTIONS
+from django_ojs.lifecycle.bulkops import bulk
 from django_ojs.lifecycle.claim import fetch, listen
 from django_ojs.lifecycle.cron import delete as delete_cron
 from django_ojs.lifecycle.cron import fire_due as fire_due_cron
@@ -29,7 +31,7 @@ from django_ojs.lifecycle.maintenance import (
     recover_dead_workers,
     rescue_expired,
 )
-from django_ojs.lifecycle.progress import report_progress
+from django_ojs.lifecycle.progress import progress_of, report_progress
 from django_ojs.lifecycle.push import enqueue, enqueue_many, push, push_many
 from django_ojs.lifecycle.queues import pause_queue, resume_queue, set_queue_limits
 from django_ojs.lifecycle.ratelimits import clear_override as clear_rate_limit_override
@@ -63,6 +65,7 @@ from django_ojs.lifecycle.workflows import get as get_workflow
 from django_ojs.lifecycle.workflows import tree as workflow_tree
 
 __all__ = [
+    "BULK_ACTIONS",
     "MAINTENANCE_BATCH",
     "RESULTS_MAX_IDS",
     "WORKFLOW_KINDS",
@@ -73,6 +76,7 @@ __all__ = [
     "ack_many",
     "activate",
     "beat",
+    "bulk",
     "cancel",
     "cancel_workflow",
     "clear_rate_limit_override",
@@ -97,6 +101,7 @@ __all__ = [
     "listen",
     "override_rate_limit",
     "pause_queue",
+    "progress_of",
     "promote_due",
     "prune",
     "prune_results",

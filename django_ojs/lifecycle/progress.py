@@ -9,12 +9,28 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
+from django_ojs import envelope
+from django_ojs.exceptions import JobNotFound
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.store import db, parse_id, require_holder
 from django_ojs.models import Job
 from django_ojs.states import JobState
 from django_ojs.validation import validate_progress, validate_worker_id
+
+
+def progress_of(job_id: Any, *, using: str | None = None) -> Job:
+    """The job with its last progress report (``last_progress``); raises JobNotFound."""
+    job = (
+        Job.objects.using(db(using))
+        .filter(pk=parse_id(job_id))
+        .only("id", "state", "queue", "last_progress")
+        .first()
+    )
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
 
 
 def report_progress(
@@ -45,6 +61,15 @@ def report_progress(
         if job is None:
             return False
         require_holder(job, worker_id)
+        # Kept on the job too, so GET /jobs/{id}/progress answers without events stored.
+        Job.objects.using(using).filter(pk=job.pk).update(
+            last_progress={
+                "progress": float(value),
+                "message": message,
+                "data": data,
+                "updated_at": envelope.format_timestamp(timezone.now()),
+            }
+        )
         events.emit_job(
             "job.progress",
             job,

@@ -94,9 +94,12 @@ class OJSView(APIView):
 
     # ----------------------------------------------------------------- helpers
 
+    #: Methods whose body is read (the admin API's purges add DELETE).
+    body_methods: tuple[str, ...] = BODY_METHODS
+
     def body(self, request: Any) -> dict[str, Any]:
         """The JSON object sent with a POST; ``{}`` for an allowed empty body."""
-        if request.method not in BODY_METHODS:
+        if request.method not in self.body_methods:
             return {}
         if request.stream is None:  # no body at all (Content-Length 0 or absent)
             if self.body_required:

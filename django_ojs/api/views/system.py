@@ -63,7 +63,19 @@ class ManifestView(OJSView):
                     "events": True,
                 },
                 "extensions": {
-                    "official": [],
+                    # Served extensions (each a spec document's URN suffix).
+                    "official": [
+                        "admin-api",
+                        "cron",
+                        "dead-letter",
+                        "middleware",
+                        "progress",
+                        "rate-limiting",
+                        "results",
+                        "timeouts",
+                        "unique-jobs",
+                        "workflows",
+                    ],
                     "experimental": [],
                     # HB §5.2: document the authentication requirements here.
                     "authentication": {
@@ -75,6 +87,11 @@ class ManifestView(OJSView):
                     "base_url": base,
                     "manifest": request.build_absolute_uri(self.location("manifest")),
                     "health": request.build_absolute_uri(self.location("health")),
+                    "ready": request.build_absolute_uri(self.location("ready")),
+                    "admin": request.build_absolute_uri(self.location("admin-stats"))[
+                        : -len("stats")
+                    ],
+                    "metrics": request.build_absolute_uri(self.location("metrics")),
                 },
             }
         )

@@ -6,18 +6,20 @@ A worker that never registered is created by its first fetch or heartbeat.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework.response import Response
 
 from django_ojs import lifecycle
 from django_ojs.api import serializers
-from django_ojs.api.permissions import DEQUEUE
+from django_ojs.api.permissions import DEQUEUE, INSPECT
 from django_ojs.api.views.base import OJSView
+from django_ojs.exceptions import NotFound
 
 
 class WorkerView(OJSView):
-    operation = DEQUEUE
+    operation: str | Mapping[str, str] | None = DEQUEUE
     body_required = True
 
 
@@ -67,6 +69,8 @@ class HeartbeatView(WorkerView):
 
 
 class ProgressView(WorkerView):
+    operation = {"POST": DEQUEUE, "PUT": DEQUEUE, "GET": INSPECT}
+
     """``POST /ojs/v1/workers/progress`` (SDK) and ``PUT /ojs/v1/jobs/{id}/progress``.
 
     Records a ``job.progress`` event for an active job. Updates for a job that is not
@@ -93,3 +97,21 @@ class ProgressView(WorkerView):
         )
 
     put = post
+
+    def get(self, request: Any, job_id: str | None = None) -> Response:
+        """``GET /ojs/v1/jobs/{id}/progress`` (progress §7.1): nulls before any report."""
+        if job_id is None:
+            raise NotFound("GET needs a job: /ojs/v1/jobs/{id}/progress")
+        self.require_job_queue(request, job_id, INSPECT)
+        job = lifecycle.progress_of(job_id)
+        last = job.last_progress or {}
+        return Response(
+            {
+                "job_id": str(job.id),
+                "state": job.state,
+                "progress": last.get("progress"),
+                "message": last.get("message"),
+                "data": last.get("data"),
+                "updated_at": last.get("updated_at"),
+            }
+        )

@@ -1,0 +1,489 @@
+"""The OJS admin API (``ojs-admin-api.md``) under ``/ojs/v1/admin/``: ``admin`` scope.
+
+Queues (list, detail, pause, resume, purge, config), jobs (search, detail, cancel, retry,
+bulk retry/cancel/delete with ``confirm``), workers (list, detail, quiet, deregister a
+stale one), statistics (aggregate and history) and the dead letter queue (list, retry,
+purge). Every change goes through ``django_ojs.lifecycle``; the search is
+``django_ojs.jobquery``, the same filter as the Django admin.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Count, Min
+from django.utils import timezone
+from rest_framework.response import Response
+
+from django_ojs import envelope, jobquery, lifecycle, queues, validation
+from django_ojs.api import serializers
+from django_ojs.api.permissions import MANAGE
+from django_ojs.api.views.base import OJSView
+from django_ojs.conf import settings
+from django_ojs.exceptions import InvalidRequest, InvalidTransition, JobNotFound, NotFound
+from django_ojs.models import Event, Job, Worker
+from django_ojs.states import JobState
+
+_STARTED = time.monotonic()
+PER_PAGE, MAX_PER_PAGE = 20, 100
+PERIODS = {"1m": 60, "5m": 300, "1h": 3600, "1d": 86400}
+
+
+class AdminView(OJSView):
+    operation = MANAGE
+    # Purges are DELETEs with a JSON body ({"confirm": true, ...}, admin API §6.5, §11.3).
+    body_methods = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def _jobs() -> Any:
+    return Job.objects.using(settings.DATABASE)
+
+
+def _page(params: Any) -> tuple[int, int]:
+    def number(name: str, default: int, maximum: int) -> int:
+        raw = params.get(name)
+        if raw in (None, ""):
+            return default
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            raise InvalidRequest(f"{name} must be an integer", details={"field": name}) from None
+        if not 1 <= value <= maximum:
+            raise InvalidRequest(f"{name} must be between 1 and {maximum}", details={"field": name})
+        return value
+
+    return number("page", 1, 10**9), number("per_page", PER_PAGE, MAX_PER_PAGE)
+
+
+def _paginate(items: Any, params: Any) -> tuple[list[Any], dict[str, int]]:
+    page, per_page = _page(params)
+    total = items.count() if hasattr(items, "count") and not isinstance(items, list) else len(items)
+    chunk = list(items[(page - 1) * per_page : page * per_page])
+    return chunk, {"total": total, "page": page, "per_page": per_page}
+
+
+def _summary(job: Job) -> dict[str, Any]:
+    ts = envelope.format_timestamp
+    out = {
+        "id": str(job.id), "type": job.type, "queue": job.queue, "state": job.state,
+        "priority": job.priority, "attempt": job.attempt, "created_at": ts(job.created_at),
+    }  # fmt: skip
+    for name in ("scheduled_at", "started_at", "completed_at", "discarded_at", "cancelled_at"):
+        value = getattr(job, name)
+        if value is not None:
+            out[name] = ts(value)
+    if job.error:
+        out["error"] = {k: job.error.get(k) for k in ("type", "message") if k in job.error}
+    return out
+
+
+def _detail(job: Job) -> dict[str, Any]:
+    wire = serializers.job(job)
+    wire["retry_policy"] = wire.get("retry")
+    wire["metadata"] = {
+        name: envelope.format_timestamp(getattr(job, name))
+        for name in ("created_at", "enqueued_at", "started_at", "scheduled_at", "completed_at",
+                     "cancelled_at", "discarded_at")
+    }  # fmt: skip
+    return wire
+
+
+def _confirmed(body: dict[str, Any]) -> None:
+    if body.get("confirm") is not True:
+        raise InvalidRequest(
+            'This operation needs "confirm": true (admin API safety interlock).',
+            details={"field": "confirm"},
+        )
+
+
+def _throughput(queue: str | None = None) -> dict[str, float]:
+    since = timezone.now() - timedelta(minutes=5)
+    events = Event.objects.using(settings.DATABASE).filter(
+        time__gte=since, type__in=["job.completed", "job.failed", "job.discarded"]
+    )
+    if queue:
+        events = events.filter(queue=queue)
+    counts = Counter(events.values_list("type", flat=True))
+    return {
+        "processed_per_minute": round(counts["job.completed"] / 5, 2),
+        "failed_per_minute": round((counts["job.failed"] + counts["job.discarded"]) / 5, 2),
+    }
+
+
+def _queue(info: queues.QueueInfo, *, detail: bool = False) -> dict[str, Any]:
+    out = serializers.queue(info)
+    out.update(
+        {
+            "name": info.name,
+            "state": "paused" if info.paused else "active",
+            "counts": dict(info.counts),
+            "paused": info.paused,
+            "created_at": envelope.format_timestamp(info.created_at),
+            "throughput": _throughput(info.name),
+        }
+    )
+    if detail:
+        oldest = (
+            _jobs()
+            .filter(queue=info.name, state=JobState.AVAILABLE)
+            .aggregate(first=Min("enqueued_at"))["first"]
+        )
+        out["oldest_available_at"] = envelope.format_timestamp(oldest)
+        out["configuration"] = {
+            **(info.limits or {}),
+            "retention": {k: v for k, v in settings.RETENTION.items() if v is not None},
+        }
+    return out
+
+
+# ---------------------------------------------------------------------- statistics
+
+
+class StatsView(AdminView):
+    """``GET /admin/stats`` (§10.1)."""
+
+    def get(self, request: Any) -> Response:
+        counts = {s.value: 0 for s in JobState}
+        for state, n in _jobs().values_list("state").annotate(n=Count("id")).order_by():
+            counts[state] = n
+        return Response(
+            {
+                "queues": len(queues.list_queues()),
+                "workers": Worker.objects.using(settings.DATABASE).count(),
+                "jobs": counts,
+                "throughput": _throughput(),
+                "uptime_seconds": round(time.monotonic() - _STARTED),
+            }
+        )
+
+
+class StatsHistoryView(AdminView):
+    """``GET /admin/stats/history?period=5m&since=&until=&queue=`` (§10.2), from events."""
+
+    def get(self, request: Any) -> Response:
+        params = request.query_params
+        period = params.get("period") or "5m"
+        if period not in PERIODS:
+            raise InvalidRequest(
+                f"period must be one of {', '.join(PERIODS)}", details={"field": "period"}
+            )
+        now = timezone.now()
+        since = (
+            envelope.parse_timestamp(params["since"], "since")
+            if params.get("since")
+            else (now - timedelta(hours=1))
+        )
+        until = envelope.parse_timestamp(params["until"], "until") if params.get("until") else now
+        step = PERIODS[period]
+        if (until - since).total_seconds() / step > 2000:
+            raise InvalidRequest(
+                "The range holds more than 2000 periods", details={"field": "since"}
+            )
+        events = Event.objects.using(settings.DATABASE).filter(
+            time__gte=since, time__lt=until,
+            type__in=["job.enqueued", "job.completed", "job.failed", "job.discarded"],
+        )  # fmt: skip
+        if params.get("queue"):
+            events = events.filter(queue=validation.validate_queue(params["queue"]))
+        buckets: dict[int, Counter[str]] = {}
+        for kind, when in events.values_list("type", "time").iterator(chunk_size=5000):
+            slot = int((when - since).total_seconds() // step)
+            buckets.setdefault(slot, Counter())[kind] += 1
+        data = []
+        for slot in range(int((until - since).total_seconds() // step) + 1):
+            counts = buckets.get(slot, Counter())
+            data.append(
+                {
+                    "timestamp": envelope.format_timestamp(since + timedelta(seconds=slot * step)),
+                    "processed": counts["job.completed"],
+                    "failed": counts["job.failed"] + counts["job.discarded"],
+                    "enqueued": counts["job.enqueued"],
+                }
+            )
+        return Response({"period": period, "data": data})
+
+
+# ---------------------------------------------------------------------- queues
+
+
+class QueuesView(AdminView):
+    """``GET /admin/queues`` (§6.1)."""
+
+    def get(self, request: Any) -> Response:
+        items, page = _paginate(queues.list_queues(with_counts=True), request.query_params)
+        return Response({"items": [_queue(i) for i in items], "pagination": page})
+
+
+class QueueView(AdminView):
+    """``GET /admin/queues/{name}`` (§6.2)."""
+
+    def get(self, request: Any, name: str) -> Response:
+        name = validation.validate_queue(name)
+        found = [i for i in queues.list_queues(with_counts=False) if i.name == name]
+        if not found and not _jobs().filter(queue=name).exists():
+            raise NotFound(f"Queue '{name}' not found.")
+        info = found[0] if found else queues.QueueInfo(name)
+        info.counts = queues.counts(name)
+        return Response(_queue(info, detail=True))
+
+
+class QueuePauseView(AdminView):
+    """``POST /admin/queues/{name}/pause`` and ``/resume`` (§6.3, §6.4)."""
+
+    paused = True
+
+    def post(self, request: Any, name: str) -> Response:
+        name = validation.validate_queue(name)
+        actor = self.actor(request)
+        if self.paused:
+            queues.pause(name, actor=actor)
+        else:
+            queues.resume(name, actor=actor)
+        info = next(i for i in queues.list_queues() if i.name == name)
+        return Response(
+            {
+                "name": name,
+                "paused": info.paused,
+                "paused_at": envelope.format_timestamp(info.paused_at),
+            }
+        )
+
+
+class QueueResumeView(QueuePauseView):
+    paused = False
+
+
+class QueueJobsView(AdminView):
+    """``DELETE /admin/queues/{name}/jobs`` ``{states, older_than?, confirm}`` (§6.5)."""
+
+    def delete(self, request: Any, name: str) -> Response:
+        name = validation.validate_queue(name)
+        body = self.body(request)
+        _confirmed(body)
+        wanted = body.get("states")
+        if not isinstance(wanted, list) or not wanted:
+            raise InvalidRequest("states must be a non-empty array", details={"field": "states"})
+        bad = [s for s in wanted if s not in {t.value for t in JobState}]
+        if bad:
+            raise InvalidRequest(f"Unknown state '{bad[0]}'", details={"field": "states"})
+        live = [s for s in wanted if s not in {"completed", "discarded", "cancelled"}]
+        if live:
+            raise InvalidRequest(
+                f"Only finished jobs can be purged, not '{live[0]}' (cancel them first).",
+                details={"field": "states"},
+            )
+        params = {"queue": name, "state": wanted}
+        if body.get("older_than"):
+            params["finished_before"] = body["older_than"]
+        jobs = jobquery.JobFilter.parse(params).apply(_jobs())
+        out = lifecycle.bulk("delete", jobs, actor=self.actor(request))
+        return Response({"purged_count": out["succeeded"], "states": wanted})
+
+
+# ---------------------------------------------------------------------- jobs
+
+
+class JobsView(AdminView):
+    """``GET /admin/jobs`` with the filters of ``jobquery`` (§7.1)."""
+
+    def get(self, request: Any) -> Response:
+        params = request.query_params
+        jobs = jobquery.JobFilter.parse(params).apply(_jobs())
+        jobs = jobquery.order(jobs, params)
+        items, page = _paginate(jobs, params)
+        return Response({"items": [_summary(j) for j in items], "pagination": page})
+
+
+def _job(job_id: str) -> Job:
+    found: Job | None = _jobs().filter(pk=_uuid(job_id)).first()
+    if found is None:
+        raise JobNotFound(job_id)
+    return found
+
+
+def _uuid(job_id: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(job_id)
+    except ValueError:
+        raise JobNotFound(job_id) from None
+
+
+class JobView(AdminView):
+    """``GET /admin/jobs/{id}`` (§7.2)."""
+
+    def get(self, request: Any, job_id: str) -> Response:
+        return Response(_detail(_job(job_id)))
+
+
+class JobCancelView(AdminView):
+    """``POST /admin/jobs/{id}/cancel`` (§7.3)."""
+
+    def post(self, request: Any, job_id: str) -> Response:
+        self.body(request)
+        job = lifecycle.cancel(job_id, reason="admin API", actor=self.actor(request))
+        return Response(_detail(job))
+
+
+class JobRetryView(AdminView):
+    """``POST /admin/jobs/{id}/retry`` (§7.4): a discarded job back to ``available``."""
+
+    def post(self, request: Any, job_id: str) -> Response:
+        self.body(request)
+        job = _job(job_id)
+        if job.state != JobState.DISCARDED:
+            raise InvalidTransition(
+                job.id, job.state, "retry", {"discarded"},
+                message=f"Job '{job.id}' is {job.state}: only discarded jobs can be retried "
+                "(a cancelled job is final).",
+            )  # fmt: skip
+        return Response(_detail(lifecycle.retry_discarded(job.id, actor=self.actor(request))))
+
+
+class JobsBulkView(AdminView):
+    """``POST /admin/jobs/bulk/{retry|cancel|delete}`` ``{filter, confirm}`` (§8)."""
+
+    def post(self, request: Any, action: str) -> Response:
+        if action not in lifecycle.BULK_ACTIONS:
+            raise NotFound(f"Unknown bulk action '{action}'.")
+        body = self.body(request)
+        _confirmed(body)
+        raw = body.get("filter") or {}
+        if not isinstance(raw, dict):
+            raise InvalidRequest("filter must be an object", details={"field": "filter"})
+        query = jobquery.JobFilter.parse(raw)
+        if query.empty and action == "delete":
+            raise InvalidRequest(
+                "A bulk delete needs a filter (an empty one would match every job).",
+                details={"field": "filter"},
+            )
+        jobs = query.apply(_jobs())
+        return Response(lifecycle.bulk(action, jobs, actor=self.actor(request)))
+
+
+# ---------------------------------------------------------------------- workers
+
+
+def _worker(worker: Worker, *, stale_before: Any) -> dict[str, Any]:
+    ts = envelope.format_timestamp
+    stale = worker.last_heartbeat_at < stale_before
+    return {
+        "id": worker.id, "hostname": worker.hostname, "pid": worker.pid,
+        "state": "stale" if stale else (worker.directive or worker.state),
+        "queues": worker.queues, "concurrency": worker.concurrency,
+        "active_jobs": len(worker.active_job_ids or []),
+        "active_job_ids": [str(i) for i in worker.active_job_ids or []],
+        "labels": worker.labels, "started_at": ts(worker.started_at),
+        "last_heartbeat_at": ts(worker.last_heartbeat_at),
+    }  # fmt: skip
+
+
+def _stale_before() -> Any:
+    return timezone.now() - timedelta(seconds=settings.WORKER_STALE_AFTER)
+
+
+class WorkersView(AdminView):
+    """``GET /admin/workers`` (§9.1)."""
+
+    def get(self, request: Any) -> Response:
+        stale = _stale_before()
+        workers = Worker.objects.using(settings.DATABASE).order_by("id")
+        items, page = _paginate(workers, request.query_params)
+        every = [_worker(w, stale_before=stale) for w in workers]
+        summary = Counter(w["state"] for w in every)
+        return Response(
+            {
+                "items": [_worker(w, stale_before=stale) for w in items],
+                "summary": {"total": len(every), "running": 0, "quiet": 0, "stale": 0, **summary},
+                "pagination": page,
+            }
+        )
+
+
+def _found_worker(worker_id: str) -> Worker:
+    worker = Worker.objects.using(settings.DATABASE).filter(pk=worker_id).first()
+    if worker is None:
+        raise NotFound(f"Worker '{worker_id}' not found.")
+    return worker
+
+
+class WorkerView(AdminView):
+    """``GET /admin/workers/{id}`` (§9.2) and ``DELETE`` (§9.4: a stale one only)."""
+
+    def get(self, request: Any, worker_id: str) -> Response:
+        worker = _found_worker(worker_id)
+        out = _worker(worker, stale_before=_stale_before())
+        jobs = _jobs().filter(worker_id=worker.id, state=JobState.ACTIVE)[:MAX_PER_PAGE]
+        out["jobs"] = [_summary(j) for j in jobs]
+        return Response(out)
+
+    def delete(self, request: Any, worker_id: str) -> Response:
+        worker = _found_worker(worker_id)
+        if worker.last_heartbeat_at >= _stale_before():
+            raise InvalidTransition(
+                worker.id, "running", "deregister", {"stale"},
+                message=f"Worker '{worker.id}' is still sending heartbeats: quiet or stop it.",
+            )  # fmt: skip
+        recovered = lifecycle.recover_dead_workers()
+        return Response({"id": worker.id, "deregistered": True, "jobs_recovered": recovered})
+
+
+class WorkerQuietView(AdminView):
+    """``POST /admin/workers/{id}/quiet`` (§9.3): delivered in its next heartbeat reply."""
+
+    def post(self, request: Any, worker_id: str) -> Response:
+        self.body(request)
+        _found_worker(worker_id)
+        worker = lifecycle.set_directive(worker_id, "quiet", actor=self.actor(request))
+        return Response(_worker(worker, stale_before=_stale_before()))
+
+
+# ---------------------------------------------------------------------- dead letter
+
+
+class DeadLetterView(AdminView):
+    """``GET /admin/dead-letter`` (§11.1) and ``DELETE`` ``{older_than?, confirm}`` (§11.3)."""
+
+    def get(self, request: Any) -> Response:
+        params = request.query_params
+        jobs = jobquery.JobFilter.parse(params).apply(_jobs().dead_letter())
+        jobs = jobquery.order(jobs, params)
+        items, page = _paginate(jobs, params)
+        return Response({"items": [_summary(j) for j in items], "pagination": page})
+
+    def delete(self, request: Any) -> Response:
+        body = self.body(request)
+        _confirmed(body)
+        params: dict[str, Any] = {k: v for k, v in body.items() if k in {"queue", "type"}}
+        if body.get("older_than"):
+            params["finished_before"] = body["older_than"]
+        jobs = jobquery.JobFilter.parse(params).apply(_jobs().dead_letter())
+        out = lifecycle.bulk("delete", jobs, actor=self.actor(request))
+        return Response({"purged_count": out["succeeded"]})
+
+
+class DeadLetterRetryView(AdminView):
+    """``POST /admin/dead-letter/{id}/retry`` (§11.2)."""
+
+    def post(self, request: Any, job_id: str) -> Response:
+        self.body(request)
+        return Response(_detail(lifecycle.retry_discarded(job_id, actor=self.actor(request))))
+
+
+class SystemConfigView(AdminView):
+    """``GET /admin/system/config`` (§12.2): the non-sensitive settings."""
+
+    def get(self, request: Any) -> Response:
+        return Response(
+            {
+                "database_vendor": Job.objects.using(settings.DATABASE).db,
+                "retention_seconds": settings.RETENTION,
+                "result_ttl_seconds": settings.RESULT_TTL,
+                "worker_stale_after_seconds": settings.WORKER_STALE_AFTER,
+                "max_envelope_bytes": settings.MAX_ENVELOPE_BYTES,
+                "api_auth": settings.API_AUTH,
+            }
+        )

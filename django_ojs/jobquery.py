@@ -1,0 +1,192 @@
+"""Job search: one filter for the admin API, the HTTP list endpoints and the Django admin.
+
+``JobFilter.parse(params)`` validates a filter given as query parameters or a JSON object
+(admin API §7.1, §8): ``state`` (one or a comma list), ``queue``, ``type`` (exact, or a
+prefix with ``*``: ``email.*``), ``since``/``until`` (created), ``finished_before``/
+``finished_after``, ``worker`` (worker id), ``error_type`` (type of the last error),
+``args``/``meta`` (a JSON fragment the job's args or meta contain). Bad values raise
+:class:`ValidationError` naming the parameter.
+
+Containment (``args``, ``meta``) is ``@>`` on PostgreSQL (a GIN index serves it); SQLite
+has no JSON containment operator, so there the matching rows are found by reading the
+candidates' JSON in Python, newest first, at most ``SQLITE_SCAN_LIMIT`` of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connections
+from django.db.models import Q, QuerySet
+
+from django_ojs import envelope, states, validation
+from django_ojs.exceptions import ValidationError
+from django_ojs.models import Job
+
+#: Rows SQLite reads at most to evaluate an ``args``/``meta`` fragment.
+SQLITE_SCAN_LIMIT = 50_000
+SORTS = {"created_at": "created_at", "scheduled_at": "scheduled_at", "priority": "priority"}
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    states: tuple[str, ...] = ()
+    queue: str | None = None
+    type: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    finished_after: datetime | None = None
+    finished_before: datetime | None = None
+    worker: str | None = None
+    error_type: str | None = None
+    args: Any = None
+    meta: dict[str, Any] | None = None
+    dead_letter: bool | None = None
+
+    @classmethod
+    def parse(cls, params: Mapping[str, Any]) -> JobFilter:
+        def text(name: str) -> str | None:
+            value = params.get(name)
+            if value is None or value == "":
+                return None
+            if not isinstance(value, str):
+                raise ValidationError(f"{name} must be a string", field=name)
+            return validation.check_text(value, name)
+
+        def when(name: str) -> datetime | None:
+            value = text(name)
+            return envelope.parse_timestamp(value, name) if value else None
+
+        def fragment(name: str, kind: type) -> Any:
+            value = params.get(name)
+            if value is None or value == "":
+                return None
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    raise ValidationError(f"{name} must be JSON", field=name) from None
+            if not isinstance(value, kind):
+                raise ValidationError(
+                    f"{name} must be a JSON {'array' if kind is list else 'object'}", field=name
+                )
+            return validation.check_json(value, name)
+
+        raw_states = params.get("state", params.get("states"))
+        wanted: tuple[str, ...] = ()
+        if raw_states:
+            items = raw_states.split(",") if isinstance(raw_states, str) else raw_states
+            if not isinstance(items, list | tuple):
+                raise ValidationError("state must be a state or a list of states", field="state")
+            known = {s.value for s in states.JobState}
+            for item in items:
+                if item not in known:
+                    raise ValidationError(
+                        f"state must be one of {', '.join(sorted(known))}", field="state"
+                    )
+            wanted = tuple(items)
+        queue = text("queue")
+        kind = text("type")
+        if kind is not None and "*" in kind.rstrip("*"):
+            raise ValidationError("type takes one trailing * (a prefix: email.*)", field="type")
+        return cls(
+            states=wanted,
+            queue=validation.validate_queue(queue) if queue else None,
+            type=kind,
+            since=when("since"),
+            until=when("until"),
+            finished_after=when("finished_after"),
+            finished_before=when("finished_before"),
+            worker=text("worker"),
+            error_type=text("error_type"),
+            args=fragment("args", list),
+            meta=fragment("meta", dict),
+        )
+
+    @property
+    def empty(self) -> bool:
+        return self == JobFilter()
+
+    def apply(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
+        """``jobs`` narrowed to this filter."""
+        q = Q()
+        if self.states:
+            q &= Q(state__in=self.states)
+        if self.queue:
+            q &= Q(queue=self.queue)
+        if self.type:
+            q &= (
+                Q(type__startswith=self.type[:-1]) if self.type.endswith("*") else Q(type=self.type)
+            )
+        if self.since:
+            q &= Q(created_at__gte=self.since)
+        if self.until:
+            q &= Q(created_at__lt=self.until)
+        finished = (
+            Q(completed_at__isnull=False)
+            | Q(discarded_at__isnull=False)
+            | Q(cancelled_at__isnull=False)
+        )
+        for bound, op in ((self.finished_after, "gte"), (self.finished_before, "lt")):
+            if bound is not None:
+                q &= finished & (
+                    Q(**{f"completed_at__{op}": bound})
+                    | Q(**{f"discarded_at__{op}": bound})
+                    | Q(**{f"cancelled_at__{op}": bound})
+                )
+        if self.worker:
+            q &= Q(worker_id=self.worker)
+        if self.error_type:
+            q &= Q(error__type=self.error_type)
+        if self.dead_letter is not None:
+            q &= Q(dead_letter=self.dead_letter)
+        jobs = jobs.filter(q)
+        if self.args is None and self.meta is None:
+            return jobs
+        if connections[jobs.db].vendor == "postgresql":
+            if self.args is not None:
+                jobs = jobs.filter(args__contains=self.args)
+            if self.meta is not None:
+                jobs = jobs.filter(meta__contains=self.meta)
+            return jobs
+        return self._scan(jobs)
+
+    def _scan(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
+        found = [
+            pk
+            for pk, args, meta in jobs.order_by("-id").values_list("id", "args", "meta")[
+                :SQLITE_SCAN_LIMIT
+            ]
+            if (self.args is None or contains(args, self.args))
+            and (self.meta is None or contains(meta, self.meta))
+        ]
+        return jobs.filter(pk__in=found)
+
+
+def contains(value: Any, fragment: Any) -> bool:
+    """PostgreSQL's ``jsonb @>`` in Python: objects by subset, arrays by any-element."""
+    if isinstance(fragment, dict):
+        return isinstance(value, dict) and all(
+            k in value and contains(value[k], v) for k, v in fragment.items()
+        )
+    if isinstance(fragment, list):
+        if not isinstance(value, list):
+            return False
+        return all(any(contains(item, want) for item in value) for want in fragment)
+    return value == fragment and type(value) is type(fragment)
+
+
+def order(jobs: QuerySet[Job], params: Mapping[str, Any]) -> QuerySet[Job]:
+    """Admin API §7.1 ``sort`` (created_at, scheduled_at, priority) and ``order``."""
+    sort = params.get("sort") or "created_at"
+    direction = params.get("order") or "desc"
+    if sort not in SORTS:
+        raise ValidationError(f"sort must be one of {', '.join(SORTS)}", field="sort")
+    if direction not in {"asc", "desc"}:
+        raise ValidationError("order must be asc or desc", field="order")
+    prefix = "-" if direction == "desc" else ""
+    return jobs.order_by(f"{prefix}{SORTS[sort]}", f"{prefix}id")
