@@ -76,14 +76,10 @@ DEFAULT_RETENTION = {
 }
 
 
-DEFAULT_ENQUEUE_MIDDLEWARE = [
-    "django_ojs.middleware.TraceContextMiddleware",
-    "django_ojs.middleware.LoggingMiddleware",
-]
-DEFAULT_EXECUTION_MIDDLEWARE = [
-    "django_ojs.middleware.TraceContextMiddleware",
-    "django_ojs.middleware.LoggingMiddleware",
-]
+# Only the trace context by default: it costs nothing outside a trace (the enqueue side
+# is skipped then), and logging every push and attempt is the application's choice.
+DEFAULT_ENQUEUE_MIDDLEWARE = ["django_ojs.middleware.TraceContextMiddleware"]
+DEFAULT_EXECUTION_MIDDLEWARE = ["django_ojs.middleware.TraceContextMiddleware"]
 
 
 class Settings:

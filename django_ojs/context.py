@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 
@@ -39,6 +39,33 @@ class JobError(Exception):
         self.details = details
 
 
+class JobView(Mapping[str, Any]):
+    """A job's envelope for execution middleware: the fields the worker fetched with the
+    job answer at once; any other key loads the whole envelope (one query)."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self._ctx = ctx
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._ctx.summary:
+            return self._ctx.summary[key]
+        return self._ctx.job[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self._ctx.summary:
+            return self._ctx.summary[key]
+        return self._ctx.job.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._ctx.summary or key in self._ctx.job
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ctx.job)
+
+    def __len__(self) -> int:
+        return len(self._ctx.job)
+
+
 class JobContext:
     """The context of one attempt, passed to handlers that declare a ``ctx`` parameter.
 
@@ -63,8 +90,12 @@ class JobContext:
         beat: Callable[[], object] | None = None,
         progress: Callable[[float, str | None, dict[str, Any] | None], None] | None = None,
         worker_id: str | None = None,
+        summary: dict[str, Any] | None = None,
     ):
         # The envelope may be built lazily: most handlers never look at it.
+        #: What the worker already knows of the job (id, type, queue, args, meta...):
+        #: middleware reads it through :attr:`view` without loading the envelope.
+        self.summary = summary or {}
         self._job = job if isinstance(job, dict) else None
         self._job_factory = None if isinstance(job, dict) else job
         self.job_id: str = job_id if job_id is not None else str(self.job.get("id"))
@@ -89,6 +120,11 @@ class JobContext:
         if self._job is None and self._job_factory is not None:
             self._job = self._job_factory()
         return self._job or {}
+
+    @property
+    def view(self) -> Mapping[str, Any]:
+        """The envelope as a mapping that loads it only for a key the summary lacks."""
+        return JobView(self)
 
     @property
     def type(self) -> str:

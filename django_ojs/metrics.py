@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -211,7 +211,7 @@ class MetricsMiddleware:
             self.metrics.enqueued.labels(out.queue, self.metrics.type_label(out.type)).inc()
         return out  # type: ignore[no-any-return]
 
-    def execute(self, job: dict[str, Any], ctx: Any, next: Any) -> Any:
+    def execute(self, job: Mapping[str, Any], ctx: Any, next: Any) -> Any:
         queue = str(job.get("queue") or "default")
         labels = (queue, self.metrics.type_label(str(job.get("type"))))
         ready = _ready_at(job)
@@ -231,7 +231,7 @@ class MetricsMiddleware:
         return result
 
 
-def _ready_at(job: dict[str, Any]) -> datetime | None:
+def _ready_at(job: Mapping[str, Any]) -> datetime | None:
     """When the job became runnable: its schedule if later than its enqueue."""
     times = []
     for key in ("enqueued_at", "scheduled_at"):

@@ -30,7 +30,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -131,6 +131,20 @@ class Chain:
 
     # ------------------------------------------------------------------ running
 
+    def enqueue_needed(self) -> bool:
+        """False when no entry has anything to do for the next push.
+
+        An entry may define ``enqueue_needed()`` (no arguments) to say it would only pass
+        the job on unchanged right now (``TraceContextMiddleware`` outside a trace): a
+        push then skips the chain, and setting up the job's id for it, entirely.
+        """
+        self._frozen = True
+        for entry in self._entries:
+            needed = getattr(entry, "enqueue_needed", None)
+            if needed is None or needed():
+                return True
+        return False
+
     def run_enqueue(self, job: JobSpec, push: EnqueueNext) -> JobSpec | None:
         """Pass ``job`` through the enqueue chain, then to ``push`` (§3, §7.1-7.2)."""
         self._frozen = True
@@ -149,7 +163,7 @@ class Chain:
 
         return call(0, job)
 
-    def run_execution(self, job: dict[str, Any], ctx: Any, handler: ExecutionNext) -> Any:
+    def run_execution(self, job: Mapping[str, Any], ctx: Any, handler: ExecutionNext) -> Any:
         """Run ``handler`` inside the execution chain, first entry outermost (§4.2)."""
         self._frozen = True
         entries = self._entries
@@ -262,6 +276,9 @@ class TraceContextMiddleware:
             return self.enqueue(job, rest[0])
         return self.execute(job, rest[0], rest[1])
 
+    def enqueue_needed(self) -> bool:
+        return tracing.current() is not None
+
     def enqueue(self, job: JobSpec, next: EnqueueNext) -> JobSpec | None:
         context = tracing.current()
         if context is None or "traceparent" in job.meta:
@@ -272,7 +289,7 @@ class TraceContextMiddleware:
             meta["tracestate"] = span.tracestate
         return next(replace(job, meta=meta))
 
-    def execute(self, job: dict[str, Any], ctx: Any, next: ExecutionNext) -> Any:
+    def execute(self, job: Mapping[str, Any], ctx: Any, next: ExecutionNext) -> Any:
         meta = job.get("meta") or {}
         parent = tracing.parse(meta.get("traceparent"), meta.get("tracestate"))
         context = parent.child() if parent is not None else tracing.TraceContext.new()
@@ -306,7 +323,7 @@ class LoggingMiddleware:
                             extra={**fields, "trace_id": _trace_id(out.meta)})  # fmt: skip
         return out
 
-    def execute(self, job: dict[str, Any], ctx: Any, next: ExecutionNext) -> Any:
+    def execute(self, job: Mapping[str, Any], ctx: Any, next: ExecutionNext) -> Any:
         fields = {
             "job_id": str(job.get("id")),
             "job_type": job.get("type"),

@@ -21,6 +21,7 @@ Attributes follow the messaging semantic conventions: ``messaging.system = "ojs"
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -66,7 +67,7 @@ class OpenTelemetryMiddleware:
                 job = replace(job, meta={**job.meta, **carrier})
             return next(job)  # type: ignore[no-any-return]
 
-    def execute(self, job: dict[str, Any], ctx: Any, next: Any) -> Any:
+    def execute(self, job: Mapping[str, Any], ctx: Any, next: Any) -> Any:
         meta = job.get("meta") or {}
         carrier = {k: v for k, v in meta.items() if isinstance(v, str)}
         parent = propagate.extract(carrier)

@@ -106,7 +106,7 @@ def through_middleware(spec: JobSpec) -> JobSpec | None:
     mistake there must not write a job the store cannot hold.
     """
     chain = middleware.enqueue_chain()
-    if not len(chain):
+    if not chain.enqueue_needed():
         return spec
     if spec.id is None:
         spec = replace(spec, id=uuid7())

@@ -102,6 +102,7 @@ class Child:
             using=message.using,
             beat=lambda: self.beat(job_id),
             progress=lambda value, text, data: self.progress(job_id, value, text, data),
+            summary=message.summary,
         )
         with self.lock:
             self.current = ctx

@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 from django_ojs.context import JobContext
+from django_ojs.envelope import format_timestamp
 from django_ojs.models import Job
 
 Beat = Callable[[], Any]
@@ -31,6 +32,7 @@ def job_context(
     beat: Beat,
     progress: ProgressReport,
     worker_id: str | None = None,
+    summary: dict[str, Any] | None = None,
 ) -> JobContext:
     """A context for attempt ``attempt`` of ``job_id`` whose envelope loads on first use."""
     return JobContext(
@@ -40,4 +42,20 @@ def job_context(
         beat=beat,
         progress=progress,
         worker_id=worker_id,
+        summary=summary,
     )
+
+
+def summary_of(job: Job) -> dict[str, Any]:
+    """What a fetch loaded of ``job`` (FETCH_FIELDS), as envelope fields."""
+    return {
+        "id": str(job.id),
+        "type": job.type,
+        "queue": job.queue,
+        "args": job.args,
+        "meta": job.meta if job.meta is not None else {},
+        "attempt": job.attempt,
+        "priority": job.priority,
+        "enqueued_at": format_timestamp(job.enqueued_at),
+        "scheduled_at": format_timestamp(job.scheduled_at),
+    }

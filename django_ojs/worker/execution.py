@@ -134,7 +134,7 @@ def run(handler: Handler, args: list[Any], ctx: JobContext) -> Outcome:
 
     try:
         chain = middleware.execution_chain()
-        result = chain.run_execution(ctx.job, ctx, invoke) if len(chain) else invoke()
+        result = chain.run_execution(ctx.view, ctx, invoke) if len(chain) else invoke()
     except (JobCancelled, asyncio.CancelledError) as exc:
         if ctx.cancel_error is not None:
             return Outcome(False, error=dict(ctx.cancel_error), requeue=ctx.cancel_requeue)

@@ -21,7 +21,7 @@ from django_ojs import lifecycle, resilience
 from django_ojs.policy import Durations, configured, effective
 from django_ojs.registry import Registry
 from django_ojs.worker import attempt as attempts
-from django_ojs.worker.context import job_context
+from django_ojs.worker.context import job_context, summary_of
 from django_ojs.worker.inflight import InFlight
 from django_ojs.worker.pool import ProcessPool, ThreadPool
 
@@ -35,6 +35,7 @@ FETCH_FIELDS = (
     "type", "queue", "args", "meta", "state", "attempt", "priority", "worker_id",
     "started_at", "timeout_at", "visible_until", "stalled_at",
     "timeout_ms", "grace_period_ms", "visibility_timeout_ms", "heartbeat_timeout_ms",
+    "enqueued_at", "scheduled_at",
 )  # fmt: skip
 #: A busy worker waits up to this long (seconds) for a quarter of its slots to be free
 #: before it fetches, rather than fetching one job per returning handler.
@@ -160,6 +161,7 @@ class Fetcher:
                 beat=self.beat,
                 progress=functools.partial(self.progress, job.id),
                 worker_id=self.worker_id,
+                summary=summary_of(job),
             )
             attempt = attempts.build(
                 job,

@@ -35,6 +35,8 @@ class RunJob:
     args: list[Any]
     #: The database alias the child reads the envelope from when the handler asks.
     using: str
+    #: What the parent fetched of the job (``ctx.summary``: id, type, queue, meta...).
+    summary: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

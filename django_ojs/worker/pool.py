@@ -257,7 +257,12 @@ class ProcessSlot:
         if attempt.handler is None:
             return Outcome(False, error=execution.no_handler_error(attempt.type))
         job_id = str(attempt.job_id)
-        self.send(RunJob(job_id, attempt.attempt, attempt.type, attempt.args, self.pool.using))
+        self.send(
+            RunJob(
+                job_id, attempt.attempt, attempt.type, attempt.args, self.pool.using,
+                summary=attempt.ctx.summary,
+            )
+        )  # fmt: skip
         if attempt.ctx.is_cancelled:  # asked to stop before this slot took it
             self.send_cancel(attempt)
         while True:

@@ -267,7 +267,11 @@ def test_execution_short_circuit_errors_and_next_twice(settings):
 # ----------------------------------------------------------------------------- tracing
 
 
-def test_trace_from_a_request_reaches_the_workers_log(caplog):
+def test_trace_from_a_request_reaches_the_workers_log(caplog, settings):
+    settings.OJS_EXECUTION_MIDDLEWARE = [
+        "django_ojs.middleware.TraceContextMiddleware",
+        "django_ojs.middleware.LoggingMiddleware",
+    ]
     api = client("admin")
     created = api.post(
         "/jobs", {"type": "x.traced", "args": []}, headers={"traceparent": TRACEPARENT}
@@ -325,3 +329,21 @@ def test_django_request_middleware_carries_the_trace_into_enqueue():
 )
 def test_invalid_traceparents_are_ignored(value):
     assert tracing.parse(value) is None
+
+
+def test_the_default_chain_costs_no_envelope_load_and_no_push_work():
+    """Outside a trace the enqueue chain is skipped; the execution chain reads what the
+    worker fetched (ctx.summary), never the full envelope (one query per job)."""
+    assert middleware.enqueue_chain().names() == ["django_ojs.middleware.TraceContextMiddleware"]
+    assert not middleware.enqueue_chain().enqueue_needed()
+    with tracing.use(tracing.TraceContext.new()):
+        assert middleware.enqueue_chain().enqueue_needed()
+
+    def no_envelope():
+        raise AssertionError("the envelope was loaded")
+
+    summary = {"id": "j2", "type": "x.fast", "queue": "default", "meta": {}, "attempt": 1}
+    ctx = JobContext(no_envelope, job_id="j2", attempt=1, summary=summary)
+    outcome = execution.run(Handler("x.fast", lambda: "ok", None, None, False), [], ctx)
+    assert outcome.ok and outcome.result == "ok"
+    assert ctx.trace is not None  # a trace was started for the attempt all the same
