@@ -7,13 +7,14 @@ cannot be added, edited or deleted here (``purge`` is the lifecycle's delete).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, quote
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -24,12 +25,12 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_ojs import lifecycle, states
+from django_ojs import jobquery, lifecycle, states
 from django_ojs.actors import Actor
 from django_ojs.admin import bulk, display
 from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
 from django_ojs.conf import settings
-from django_ojs.exceptions import JobNotFound
+from django_ojs.exceptions import JobNotFound, OJSError
 from django_ojs.models import Event, Job, Worker
 from django_ojs.states import JobState
 from django_ojs.types import JobId
@@ -184,6 +185,13 @@ class FinishedFilter(admin.SimpleListFilter):
         return queryset
 
 
+#: ``key:value`` filters the job list's search box understands (``django_ojs.jobquery``).
+SEARCH_KEYS = {"type": "type", "args": "args", "meta": "meta", "error": "error_type",
+               "worker": "worker", "queue": "queue", "state": "state"}  # fmt: skip
+SEARCH_KEY = re.compile(rf"({'|'.join(SEARCH_KEYS)}):\S")
+SEARCH_SPLIT = re.compile(rf"\s+(?=(?:{'|'.join(SEARCH_KEYS)}):)")
+
+
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin[Job]):
     """Every job: filter, search, inspect, and act through the lifecycle."""
@@ -210,7 +218,10 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         FinishedFilter,
     )
     search_fields = ("type",)
-    search_help_text = "Search by job id (the full UUID) or by type."
+    search_help_text = (
+        'A job id, a type, or filters: type:email.* args:[{"order_id": 42}] '
+        'meta:{"tenant": "acme"} error:SMTPError worker:<id> (combine them with spaces).'
+    )
     list_per_page = 50
     show_full_result_count = False  # no COUNT(*) over a large job table on every page
     actions: tuple[str, ...] = (
@@ -266,6 +277,17 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         term = search_term.strip()
         if not term:
             return queryset, False
+        parts = [p.strip() for p in SEARCH_SPLIT.split(term) if p.strip()]
+        if all(SEARCH_KEY.match(p) for p in parts):
+            params: dict[str, str] = {}
+            for part in parts:
+                key, _, value = part.partition(":")
+                params[SEARCH_KEYS[key]] = value.strip()
+            try:
+                return jobquery.JobFilter.parse(params).apply(queryset), False
+            except OJSError as exc:
+                self.message_user(request, f"Search: {exc.message}", messages.ERROR)
+                return queryset.none(), False
         try:
             return queryset.filter(pk=uuid.UUID(term)), False
         except ValueError:

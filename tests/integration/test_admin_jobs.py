@@ -112,6 +112,28 @@ def test_search__by_type(admin_client):
     assert listed(admin_client.get(LIST, {"q": "invoice"})) == {job.pk}
 
 
+def test_search__by_args_meta_type_prefix_and_error(admin_client):
+    wanted = JobFactory(type="email.send", args=[{"order_id": 42, "lang": "en"}],
+                        meta={"tenant": "acme"})  # fmt: skip
+    other = JobFactory(type="email.digest", args=[{"order_id": 7}])
+    sms = JobFactory(type="sms.send", args=[{"order_id": 42}],
+                     error={"type": "SMTPError", "message": "no"})  # fmt: skip
+
+    def found(term: str) -> set:
+        response = admin_client.get(LIST, {"q": term})
+        assert response.status_code == 200
+        return {job.pk for job in response.context["cl"].result_list}
+
+    assert found('args:[{"order_id": 42}]') == {wanted.pk, sms.pk}
+    assert found('type:email.* args:[{"order_id": 42}]') == {wanted.pk}
+    assert found('meta:{"tenant": "acme"}') == {wanted.pk}
+    assert found("type:email.*") == {wanted.pk, other.pk}
+    assert found("error:SMTPError") == {sms.pk}
+    response = admin_client.get(LIST, {"q": "args:{not json"})
+    assert "Search: args must be JSON" in response.content.decode()
+    assert list(response.context["cl"].result_list) == []
+
+
 def test_changelist__links_to_the_dashboard(admin_client):
     response = admin_client.get(LIST)
 
