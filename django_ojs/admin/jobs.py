@@ -29,6 +29,7 @@ from django_ojs import jobquery, lifecycle, states
 from django_ojs.actors import Actor
 from django_ojs.admin import bulk, display
 from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
+from django_ojs.admin.paginator import EstimatedCountPaginator
 from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound, OJSError
 from django_ojs.models import Event, Job, Worker
@@ -224,6 +225,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
     )
     list_per_page = 50
     show_full_result_count = False  # no COUNT(*) over a large job table on every page
+    paginator = EstimatedCountPaginator  # nor of a large filtered result
     actions: tuple[str, ...] = (
         "cancel_jobs",
         "retry_jobs",

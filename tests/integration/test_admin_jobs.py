@@ -443,3 +443,22 @@ def test_permissions__anonymous_users_are_sent_to_login(client):
 
     assert response.status_code == 302
     assert reverse("admin:login") in response["Location"]
+
+
+def test_job_list_counts_exactly_below_the_limit_and_estimates_above(admin_client, monkeypatch):
+    from django.db import connection
+
+    from django_ojs.admin import paginator
+
+    monkeypatch.setattr(paginator, "EXACT_LIMIT", 5)
+    JobFactory.create_batch(4)
+    response = admin_client.get(LIST)
+    assert response.context["cl"].paginator.count == 4
+    assert response.context["cl"].paginator.estimated is False
+    JobFactory.create_batch(8)
+    response = admin_client.get(LIST)
+    counted = response.context["cl"].paginator
+    if connection.vendor == "postgresql":
+        assert counted.estimated is True and counted.count >= 6  # the planner's figure
+    else:
+        assert (counted.estimated, counted.count) == (False, 12)
