@@ -276,6 +276,18 @@ def _parse(value: Any) -> datetime | None:
     return parse_timestamp(value, "timestamp")
 
 
+def wait(result: Any, timeout: float = 30.0) -> Any:
+    """Block until the task behind ``result`` (a ``TaskResult``) finishes, then refresh it.
+
+    Wakes on the job's completion (LISTEN/NOTIFY on PostgreSQL, polling on SQLite) like
+    :func:`django_ojs.wait`; raises :class:`~django_ojs.exceptions.WaitTimeout` when it
+    is still running after ``timeout`` seconds. Returns ``result``, refreshed.
+    """
+    lifecycle.wait(result.id, timeout, using=tasks_api.task_backends[result.backend].using)
+    result.refresh()
+    return result
+
+
 def install() -> None:
     """Let ``ojs_worker`` run Django tasks (called at startup when ``TASKS`` uses us)."""
     registry.add_resolver(task_handler)

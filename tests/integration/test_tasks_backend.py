@@ -171,3 +171,31 @@ def test_unknown_results_and_types_that_are_not_tasks():
     assert resolve_task("tests.taskapp.tasks.task") is None  # the decorator, not a Task
     assert resolve_task("django_ojs.models.Job") is None
     assert resolve_task("tests.taskapp.tasks.add") is tasks.add
+
+
+def test_wait_blocks_until_the_task_finishes_then_refreshes():
+    import threading
+
+    from django.db import connections
+
+    from django_ojs import tasks as ojs_tasks
+    from django_ojs.exceptions import WaitTimeout
+
+    result = tasks.add.enqueue(1, b=1)
+    with pytest.raises(WaitTimeout):
+        ojs_tasks.wait(result, timeout=0.05)
+    go = threading.Event()
+
+    def worker():
+        try:
+            go.wait(30)
+            run_next()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    threading.Timer(0.2, go.set).start()
+    assert ojs_tasks.wait(result, timeout=60) is result
+    thread.join(30)
+    assert result.status == Status.SUCCESSFUL and result.return_value == 2
