@@ -270,6 +270,12 @@ class Job(models.Model):
             ),
             models.Index(fields=["type"], name="ojs_job_type_idx"),
             models.Index(fields=["state", "completed_at"], name="ojs_job_finished_idx"),
+            # The dead letter list, newest first (admin, /dead-letter): not a sort of them all.
+            models.Index(
+                fields=["-discarded_at"],
+                name="ojs_job_discarded_idx",
+                condition=Q(state="discarded"),
+            ),
         ]
         permissions = [
             ("cancel_job", "Can cancel jobs"),

@@ -73,7 +73,7 @@ def per_minute_from_jobs(minutes: list[datetime]) -> dict[str, list[int]]:
             Job.objects.filter(state=state, **{f"{field}__gte": minutes[0]})
             .annotate(minute=TruncMinute(field, tzinfo=UTC))
             .values("minute")
-            .annotate(n=Count("id"))
+            .annotate(n=Count("*"))
             .order_by()
         )
         for row in rows:
@@ -104,7 +104,7 @@ def throughput_by_queue(since: datetime, *, from_events: bool) -> list[tuple[str
             job_rows = (
                 Job.objects.filter(state=state, **{f"{field}__gte": since})
                 .values("queue")
-                .annotate(n=Count("id"))
+                .annotate(n=Count("*"))
                 .order_by()
             )
             for job_row in job_rows:
@@ -125,7 +125,7 @@ class Card:
 
 def attention(now: datetime) -> list[Card]:
     """The numbers an operator checks first: backlog, failures, stuck jobs, dead workers."""
-    by_state = dict(Job.objects.values_list("state").annotate(n=Count("id")).order_by())
+    by_state = dict(Job.objects.values_list("state").annotate(n=Count("*")).order_by())
     jobs = reverse("admin:ojs_job_changelist")
     oldest = Job.objects.available().aggregate(t=Min("enqueued_at"))["t"]
     wait = display.seconds_ago(oldest, now)

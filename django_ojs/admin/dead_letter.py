@@ -14,7 +14,7 @@ from django.template.response import TemplateResponse
 from django.utils.safestring import SafeString
 
 from django_ojs.admin import display
-from django_ojs.admin.jobs import JobAdmin
+from django_ojs.admin.jobs import JobAdmin, QueueFilter, TypeFilter
 from django_ojs.models import DeadLetterJob, Job
 
 
@@ -25,12 +25,11 @@ class ErrorTypeFilter(admin.SimpleListFilter):
     def lookups(
         self, request: HttpRequest, model_admin: admin.ModelAdmin[Job]
     ) -> list[tuple[str, str]]:
-        types = (
-            DeadLetterJob.objects.values_list("error__type", flat=True)
-            .order_by("error__type")
-            .distinct()
-        )
-        return [(str(t), str(t)) for t in types if t]
+        # The error types of the newest 10,000 dead letters: not a DISTINCT over them all.
+        recent = DeadLetterJob.objects.order_by("-discarded_at").values_list(
+            "error__type", flat=True
+        )[:10_000]
+        return [(str(t), str(t)) for t in sorted({t for t in recent if t})]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         if self.value():
@@ -51,7 +50,9 @@ class DeadLetterJobAdmin(JobAdmin):
         "last_error_type",
         "last_error_message",
     )
-    list_filter = ("queue", "type", ErrorTypeFilter, ("discarded_at", admin.DateFieldListFilter))
+    list_filter = (
+        QueueFilter, TypeFilter, ErrorTypeFilter, ("discarded_at", admin.DateFieldListFilter),
+    )  # fmt: skip
     actions = ("retry_jobs", "purge_dead_letter")
     ordering = ("-discarded_at",)
 
