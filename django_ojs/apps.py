@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.apps import AppConfig
 from django.conf import settings as django_settings
 
@@ -22,6 +24,13 @@ class OJSConfig(AppConfig):
             isinstance(b, dict) and b.get("BACKEND") == "django_ojs.tasks.OJSBackend"
             for b in backends.values()
         ):
-            from django_ojs import tasks
-
-            tasks.install()  # ojs_worker also runs the @task functions of installed apps
+            try:
+                from django_ojs import tasks
+            except ImportError as exc:  # Django 5.2 without the backport: say so, start anyway
+                logging.getLogger("django_ojs").warning(
+                    "TASKS uses django_ojs.tasks.OJSBackend but Django's task framework is "
+                    "missing (%s): pip install 'django-ojs[tasks]' on Django 5.2.",
+                    exc,
+                )
+            else:
+                tasks.install()  # ojs_worker also runs the @task functions of installed apps
