@@ -7,8 +7,9 @@ prefix with ``*``: ``email.*``), ``since``/``until`` (created), ``finished_befor
 ``args``/``meta`` (a JSON fragment the job's args or meta contain). Bad values raise
 :class:`ValidationError` naming the parameter.
 
-Containment (``args``, ``meta``) is ``@>`` on PostgreSQL (a GIN index serves it); SQLite
-has no JSON containment operator, so there the matching rows are found by reading the
+Containment (``args``, ``meta``) is ``@>`` on PostgreSQL. No GIN index is created (it
+would slow every insert), so the other filters should narrow the rows first. SQLite has
+no JSON containment operator, so there the matching rows are found by reading the
 candidates' JSON in Python, newest first, at most ``SQLITE_SCAN_LIMIT`` of them.
 """
 
