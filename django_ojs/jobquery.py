@@ -7,29 +7,31 @@ prefix with ``*``: ``email.*``), ``since``/``until`` (created), ``finished_befor
 ``args``/``meta`` (a JSON fragment the job's args or meta contain). Bad values raise
 :class:`ValidationError` naming the parameter.
 
+Unknown parameters are refused (a misspelt ``queu`` must not widen a bulk action to every
+job); callers name the extra parameters they read themselves (``page``, ``sort``...).
+
 Containment (``args``, ``meta``) is ``@>`` on PostgreSQL. No GIN index is created (it
 would slow every insert), so the other filters should narrow the rows first. SQLite has
-no JSON containment operator, so there the matching rows are found by reading the
-candidates' JSON in Python, newest first, at most ``SQLITE_SCAN_LIMIT`` of them.
+no JSON containment operator: there it is ``ojs_json_contains(column, fragment)``, a
+function registered on every SQLite connection (:func:`register_sqlite_functions`) that
+runs :func:`contains` on each candidate row, inside the query, so it sees every row.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import connections
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, F, Func, Q, QuerySet, Value
 
 from django_ojs import envelope, states, validation
 from django_ojs.exceptions import ValidationError
 from django_ojs.models import Job
 
-#: Rows SQLite reads at most to evaluate an ``args``/``meta`` fragment.
-SQLITE_SCAN_LIMIT = 50_000
 SORTS = {"created_at": "created_at", "scheduled_at": "scheduled_at", "priority": "priority"}
 
 
@@ -49,7 +51,15 @@ class JobFilter:
     dead_letter: bool | None = None
 
     @classmethod
-    def parse(cls, params: Mapping[str, Any]) -> JobFilter:
+    def parse(cls, params: Mapping[str, Any], *, extra: Iterable[str] = ()) -> JobFilter:
+        """Validate ``params``; ``extra``: other keys the caller reads (refused otherwise)."""
+        unknown = sorted(str(k) for k in params if k not in PARAMETERS and k not in set(extra))
+        if unknown:
+            raise ValidationError(
+                f"Unknown filter '{unknown[0]}' (known: {', '.join(sorted(PARAMETERS))})",
+                field=unknown[0],
+            )
+
         def text(name: str) -> str | None:
             value = params.get(name)
             if value is None or value == "":
@@ -69,7 +79,7 @@ class JobFilter:
             if isinstance(value, str):
                 try:
                     value = json.loads(value)
-                except ValueError:
+                except (ValueError, RecursionError):
                     raise ValidationError(f"{name} must be JSON", field=name) from None
             if not isinstance(value, kind):
                 raise ValidationError(
@@ -85,7 +95,7 @@ class JobFilter:
                 raise ValidationError("state must be a state or a list of states", field="state")
             known = {s.value for s in states.JobState}
             for item in items:
-                if item not in known:
+                if not isinstance(item, str) or item not in known:
                     raise ValidationError(
                         f"state must be one of {', '.join(sorted(known))}", field="state"
                     )
@@ -148,24 +158,46 @@ class JobFilter:
         jobs = jobs.filter(q)
         if self.args is None and self.meta is None:
             return jobs
-        if connections[jobs.db].vendor == "postgresql":
-            if self.args is not None:
-                jobs = jobs.filter(args__contains=self.args)
-            if self.meta is not None:
-                jobs = jobs.filter(meta__contains=self.meta)
-            return jobs
-        return self._scan(jobs)
+        postgres = connections[jobs.db].vendor == "postgresql"
+        for column, fragment in (("args", self.args), ("meta", self.meta)):
+            if fragment is None:
+                continue
+            if postgres:
+                jobs = jobs.filter(**{f"{column}__contains": fragment})
+            else:
+                jobs = jobs.filter(_JSONContains(F(column), Value(json.dumps(fragment))))
+        return jobs
 
-    def _scan(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
-        found = [
-            pk
-            for pk, args, meta in jobs.order_by("-id").values_list("id", "args", "meta")[
-                :SQLITE_SCAN_LIMIT
-            ]
-            if (self.args is None or contains(args, self.args))
-            and (self.meta is None or contains(meta, self.meta))
-        ]
-        return jobs.filter(pk__in=found)
+
+#: The keys :meth:`JobFilter.parse` reads.
+PARAMETERS = frozenset(
+    {"state", "states", "queue", "type", "since", "until", "finished_after", "finished_before",
+     "worker", "error_type", "args", "meta"}
+)  # fmt: skip
+
+
+class _JSONContains(Func):
+    """``ojs_json_contains(column, fragment)``: SQLite's stand-in for ``@>``."""
+
+    function = "ojs_json_contains"
+    output_field = BooleanField()
+
+
+def _sqlite_contains(value: str | None, fragment: str) -> bool:
+    if value is None:
+        return False
+    try:
+        return contains(json.loads(value), json.loads(fragment))
+    except (ValueError, RecursionError):
+        return False
+
+
+def register_sqlite_functions(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """``connection_created`` receiver: ``ojs_json_contains`` on SQLite connections."""
+    if connection.vendor == "sqlite":
+        connection.connection.create_function(
+            "ojs_json_contains", 2, _sqlite_contains, deterministic=True
+        )
 
 
 def contains(value: Any, fragment: Any) -> bool:

@@ -202,11 +202,17 @@ def rescue_expired(*, now: datetime | None = None, using: str | None = None) -> 
     return count
 
 
-def recover_dead_workers(*, now: datetime | None = None, using: str | None = None) -> int:
+def recover_dead_workers(
+    *,
+    now: datetime | None = None,
+    using: str | None = None,
+    worker_ids: Sequence[str] | None = None,
+) -> int:
     """Recover the jobs of workers silent past ``OJS_WORKER_STALE_AFTER`` (worker protocol §10).
 
     Their active jobs go back to ``available`` (or ``discarded`` when attempts are spent)
-    with error type ``worker_death``; the dead workers are removed. Returns jobs recovered.
+    with error type ``worker_death``; the dead workers are removed. ``worker_ids``: only
+    these (an operator deregistering one stale worker). Returns jobs recovered.
     """
     using = db(using)
     now = now or timezone.now()
@@ -215,6 +221,7 @@ def recover_dead_workers(*, now: datetime | None = None, using: str | None = Non
         dead = list(
             Worker.objects.using(using)
             .stale(stale_before(now))
+            .filter(**({} if worker_ids is None else {"id__in": list(worker_ids)}))
             .values_list("id", flat=True)[:BATCH]
         )
         if not dead:

@@ -229,3 +229,90 @@ def test_system_config_and_progress(api):
     assert (got["progress"], got["message"], got["data"]) == (0.47, "rows", {"done": 47})
     assert got["state"] == "active" and got["updated_at"]
     assert_ojs_error(api.get("/jobs/01960000-0000-7000-8000-000000000000/progress"), 404)
+
+
+# ---------------------------------------------------------------- fixes of the first review
+
+
+def test_a_queue_limited_admin_key_sees_and_changes_only_its_queues(db):
+    from django_ojs import apikeys
+    from tests.integration.api_support import OJSClient
+
+    mine = dead(2, queue="billing.eu")
+    theirs = dead(2, queue="hr")
+    limited = OJSClient(apikeys.create("billing-admin", "admin", queues=["billing.*"])[1])
+    listed = limited.get(f"{A}/jobs").body["items"]
+    assert {j["queue"] for j in listed} == {"billing.eu"} and len(listed) == 2
+    assert [j["queue"] for j in limited.get(f"{A}/dead-letter").body["items"]] == ["billing.eu"] * 2
+    assert [q["name"] for q in limited.get(f"{A}/queues").body["items"]] == ["billing.eu"]
+    # Another queue's job, queue, and the cluster-wide endpoints are refused.
+    assert_ojs_error(limited.get(f"{A}/jobs/{theirs[0].id}"), 403)
+    assert_ojs_error(limited.post(f"{A}/jobs/{theirs[0].id}/retry"), 403)
+    assert_ojs_error(limited.post(f"{A}/dead-letter/{theirs[0].id}/retry"), 403)
+    assert_ojs_error(limited.get(f"{A}/queues/hr"), 403)
+    assert_ojs_error(limited.post(f"{A}/queues/hr/pause"), 403)
+    for path in ("/stats", "/stats/history", "/workers", "/system/config"):
+        assert_ojs_error(limited.get(f"{A}{path}"), 403)
+    assert limited.get(f"{A}/stats/history?queue=billing.eu").status_code == 200
+    # A bulk action with no filter touches only the key's queues.
+    out = limited.post(f"{A}/jobs/bulk/retry", {"confirm": True, "filter": {}})
+    assert out.status_code == 200 and out.body["succeeded"] == 2
+    assert set(Job.objects.filter(pk__in=[j.id for j in mine]).values_list("state", flat=True)) == {
+        "available"
+    }
+    assert set(
+        Job.objects.filter(pk__in=[j.id for j in theirs]).values_list("state", flat=True)
+    ) == {"discarded"}
+    purge = limited.delete(f"{A}/dead-letter", body={"confirm": True})
+    assert purge.status_code == 200 and purge.body["purged_count"] == 0
+    assert Job.objects.filter(queue="hr").count() == 2
+
+
+def test_a_misspelt_filter_is_refused_not_widened(api):
+    jobs = dead(3, queue="mail")
+    response = api.post(f"{A}/jobs/bulk/delete", {"confirm": True, "filter": {"queu": "mail"}})
+    assert assert_ojs_error(response, 400)["details"]["field"] == "queu"
+    response = api.post(f"{A}/jobs/bulk/retry", {"confirm": True, "filtr": {"queue": "x"}})
+    assert assert_ojs_error(response, 400)["details"]["field"] == "filtr"
+    assert_ojs_error(api.delete(f"{A}/dead-letter", body={"confirm": True, "queu": "x"}), 400)
+    assert_ojs_error(api.get(f"{A}/jobs?stat=active"), 400)
+    assert api.get(f"{A}/jobs?page=1&per_page=5&sort=priority&order=asc").status_code == 200
+    assert Job.objects.filter(pk__in=[j.id for j in jobs], state="discarded").count() == 3
+
+
+def test_malformed_filters_get_400_not_500(api):
+    nested = "[" * 5000 + "]" * 5000
+    assert_ojs_error(api.get(f"{A}/jobs?args={nested}"), 400)
+    for states in ([["completed"]], [{"a": 1}], [1], [None]):
+        response = api.delete(f"{A}/queues/q/jobs", body={"confirm": True, "states": states})
+        assert_ojs_error(response, 400)
+    for state in ([["x"]], [7]):
+        response = api.post(f"{A}/jobs/bulk/cancel", {"confirm": True, "filter": {"state": state}})
+        assert_ojs_error(response, 400)
+
+
+def test_deregistering_one_stale_worker_leaves_the_others(api, settings):
+    settings.OJS_WORKER_STALE_AFTER = 30
+    old = timezone.now() - timedelta(minutes=5)
+    for worker_id in ("stale-a", "stale-b"):
+        WorkerFactory(id=worker_id)
+        django_ojs.enqueue("w.job", queue=worker_id)
+        lifecycle.fetch([worker_id], worker_id=worker_id)
+    Worker.objects.update(last_heartbeat_at=old)
+    out = api.delete(f"{A}/workers/stale-a").body
+    assert out["jobs_recovered"] == 1
+    assert list(Worker.objects.values_list("id", flat=True)) == ["stale-b"]
+    assert Job.objects.get(queue="stale-b").state == "active"
+
+
+def test_args_filter_sees_every_row_on_every_database(api):
+    """The fragment is matched inside the query (SQLite: a registered function), so an
+    old job is found behind any number of newer ones."""
+    target = django_ojs.enqueue("report.build", [{"account": 42, "fmt": "pdf"}], queue="r")
+    django_ojs.enqueue_many(
+        [{"type": "report.build", "args": [{"account": i}], "queue": "r"}
+         for i in range(300)]
+    )  # fmt: skip
+    found = api.get(f'{A}/jobs?args=[{{"account": 42, "fmt": "pdf"}}]').body["items"]
+    assert [j["id"] for j in found] == [str(target.id)]
+    assert api.get(f'{A}/jobs?meta={{"x": 1}}').body["items"] == []

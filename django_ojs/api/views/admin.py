@@ -24,7 +24,13 @@ from django_ojs.api import serializers
 from django_ojs.api.permissions import MANAGE
 from django_ojs.api.views.base import OJSView
 from django_ojs.conf import settings
-from django_ojs.exceptions import InvalidRequest, InvalidTransition, JobNotFound, NotFound
+from django_ojs.exceptions import (
+    InvalidRequest,
+    InvalidTransition,
+    JobNotFound,
+    NotFound,
+    PermissionDenied,
+)
 from django_ojs.models import Event, Job, Worker
 from django_ojs.states import JobState
 
@@ -33,10 +39,33 @@ PER_PAGE, MAX_PER_PAGE = 20, 100
 PERIODS = {"1m": 60, "5m": 300, "1h": 3600, "1d": 86400}
 
 
+#: Query parameters the list endpoints read besides the filter's own.
+LIST_PARAMS = ("page", "per_page", "sort", "order")
+
+
 class AdminView(OJSView):
+    """An admin API endpoint. A key limited to some queues (security §7.1) sees and changes
+    only the jobs of those queues, and may not use the cluster-wide endpoints (statistics
+    over every queue, workers, system configuration)."""
+
     operation = MANAGE
     # Purges are DELETEs with a JSON body ({"confirm": true, ...}, admin API §6.5, §11.3).
     body_methods = ("POST", "PUT", "PATCH", "DELETE")
+
+    def jobs(self, request: Any) -> Any:
+        """The jobs the caller may see: all of them, or those of its key's queues."""
+        allowed = self.queue_filter(request)
+        return _jobs() if allowed is None else _jobs().filter(allowed)
+
+    def require_every_queue(self, request: Any) -> None:
+        """403 for a key limited to some queues: this endpoint spans every queue."""
+        who = self.principal(request)
+        if who.queues is not None:
+            raise PermissionDenied(
+                f"Principal '{who.name}' is limited to some queues; this admin endpoint "
+                "spans every queue.",
+                details={"principal": who.name, "allowed_queues": list(who.queues)},
+            )
 
 
 def _jobs() -> Any:
@@ -100,6 +129,16 @@ def _confirmed(body: dict[str, Any]) -> None:
         )
 
 
+def _only(body: dict[str, Any], known: set[str]) -> None:
+    """Refuse unknown body fields: a misspelt filter must not widen a destructive action."""
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise InvalidRequest(
+            f"Unknown field '{unknown[0]}' (known: {', '.join(sorted(known))})",
+            details={"field": unknown[0]},
+        )
+
+
 def _throughput(queue: str | None = None) -> dict[str, float]:
     since = timezone.now() - timedelta(minutes=5)
     events = Event.objects.using(settings.DATABASE).filter(
@@ -147,6 +186,7 @@ class StatsView(AdminView):
     """``GET /admin/stats`` (§10.1)."""
 
     def get(self, request: Any) -> Response:
+        self.require_every_queue(request)
         counts = {s.value: 0 for s in JobState}
         for state, n in _jobs().values_list("state").annotate(n=Count("id")).order_by():
             counts[state] = n
@@ -188,7 +228,11 @@ class StatsHistoryView(AdminView):
             type__in=["job.enqueued", "job.completed", "job.failed", "job.discarded"],
         )  # fmt: skip
         if params.get("queue"):
-            events = events.filter(queue=validation.validate_queue(params["queue"]))
+            queue = validation.validate_queue(params["queue"])
+            self.require_queue(request, queue, MANAGE)
+            events = events.filter(queue=queue)
+        else:
+            self.require_every_queue(request)
         buckets: dict[int, Counter[str]] = {}
         for kind, when in events.values_list("type", "time").iterator(chunk_size=5000):
             slot = int((when - since).total_seconds() // step)
@@ -214,7 +258,9 @@ class QueuesView(AdminView):
     """``GET /admin/queues`` (§6.1)."""
 
     def get(self, request: Any) -> Response:
-        items, page = _paginate(queues.list_queues(with_counts=True), request.query_params)
+        who = self.principal(request)
+        every = [i for i in queues.list_queues(with_counts=True) if who.may_use(i.name)]
+        items, page = _paginate(every, request.query_params)
         return Response({"items": [_queue(i) for i in items], "pagination": page})
 
 
@@ -223,6 +269,7 @@ class QueueView(AdminView):
 
     def get(self, request: Any, name: str) -> Response:
         name = validation.validate_queue(name)
+        self.require_queue(request, name, MANAGE)
         found = [i for i in queues.list_queues(with_counts=False) if i.name == name]
         if not found and not _jobs().filter(queue=name).exists():
             raise NotFound(f"Queue '{name}' not found.")
@@ -238,6 +285,7 @@ class QueuePauseView(AdminView):
 
     def post(self, request: Any, name: str) -> Response:
         name = validation.validate_queue(name)
+        self.require_queue(request, name, MANAGE)
         actor = self.actor(request)
         if self.paused:
             queues.pause(name, actor=actor)
@@ -262,12 +310,14 @@ class QueueJobsView(AdminView):
 
     def delete(self, request: Any, name: str) -> Response:
         name = validation.validate_queue(name)
+        self.require_queue(request, name, MANAGE)
         body = self.body(request)
         _confirmed(body)
+        _only(body, {"confirm", "states", "older_than"})
         wanted = body.get("states")
         if not isinstance(wanted, list) or not wanted:
             raise InvalidRequest("states must be a non-empty array", details={"field": "states"})
-        bad = [s for s in wanted if s not in {t.value for t in JobState}]
+        bad = [s for s in wanted if not isinstance(s, str) or s not in {t.value for t in JobState}]
         if bad:
             raise InvalidRequest(f"Unknown state '{bad[0]}'", details={"field": "states"})
         live = [s for s in wanted if s not in {"completed", "discarded", "cancelled"}]
@@ -279,7 +329,7 @@ class QueueJobsView(AdminView):
         params = {"queue": name, "state": wanted}
         if body.get("older_than"):
             params["finished_before"] = body["older_than"]
-        jobs = jobquery.JobFilter.parse(params).apply(_jobs())
+        jobs = jobquery.JobFilter.parse(params).apply(self.jobs(request))
         out = lifecycle.bulk("delete", jobs, actor=self.actor(request))
         return Response({"purged_count": out["succeeded"], "states": wanted})
 
@@ -292,7 +342,7 @@ class JobsView(AdminView):
 
     def get(self, request: Any) -> Response:
         params = request.query_params
-        jobs = jobquery.JobFilter.parse(params).apply(_jobs())
+        jobs = jobquery.JobFilter.parse(params, extra=LIST_PARAMS).apply(self.jobs(request))
         jobs = jobquery.order(jobs, params)
         items, page = _paginate(jobs, params)
         return Response({"items": [_summary(j) for j in items], "pagination": page})
@@ -316,6 +366,7 @@ class JobView(AdminView):
     """``GET /admin/jobs/{id}`` (§7.2)."""
 
     def get(self, request: Any, job_id: str) -> Response:
+        self.require_job_queue(request, job_id, MANAGE)
         return Response(_detail(_job(job_id)))
 
 
@@ -324,6 +375,7 @@ class JobCancelView(AdminView):
 
     def post(self, request: Any, job_id: str) -> Response:
         self.body(request)
+        self.require_job_queue(request, job_id, MANAGE)
         job = lifecycle.cancel(job_id, reason="admin API", actor=self.actor(request))
         return Response(_detail(job))
 
@@ -333,6 +385,7 @@ class JobRetryView(AdminView):
 
     def post(self, request: Any, job_id: str) -> Response:
         self.body(request)
+        self.require_job_queue(request, job_id, MANAGE)
         job = _job(job_id)
         if job.state != JobState.DISCARDED:
             raise InvalidTransition(
@@ -351,6 +404,7 @@ class JobsBulkView(AdminView):
             raise NotFound(f"Unknown bulk action '{action}'.")
         body = self.body(request)
         _confirmed(body)
+        _only(body, {"confirm", "filter"})
         raw = body.get("filter") or {}
         if not isinstance(raw, dict):
             raise InvalidRequest("filter must be an object", details={"field": "filter"})
@@ -360,7 +414,7 @@ class JobsBulkView(AdminView):
                 "A bulk delete needs a filter (an empty one would match every job).",
                 details={"field": "filter"},
             )
-        jobs = query.apply(_jobs())
+        jobs = query.apply(self.jobs(request))
         return Response(lifecycle.bulk(action, jobs, actor=self.actor(request)))
 
 
@@ -389,6 +443,7 @@ class WorkersView(AdminView):
     """``GET /admin/workers`` (§9.1)."""
 
     def get(self, request: Any) -> Response:
+        self.require_every_queue(request)
         stale = _stale_before()
         workers = Worker.objects.using(settings.DATABASE).order_by("id")
         items, page = _paginate(workers, request.query_params)
@@ -414,6 +469,7 @@ class WorkerView(AdminView):
     """``GET /admin/workers/{id}`` (§9.2) and ``DELETE`` (§9.4: a stale one only)."""
 
     def get(self, request: Any, worker_id: str) -> Response:
+        self.require_every_queue(request)
         worker = _found_worker(worker_id)
         out = _worker(worker, stale_before=_stale_before())
         jobs = _jobs().filter(worker_id=worker.id, state=JobState.ACTIVE)[:MAX_PER_PAGE]
@@ -421,13 +477,14 @@ class WorkerView(AdminView):
         return Response(out)
 
     def delete(self, request: Any, worker_id: str) -> Response:
+        self.require_every_queue(request)
         worker = _found_worker(worker_id)
         if worker.last_heartbeat_at >= _stale_before():
             raise InvalidTransition(
                 worker.id, "running", "deregister", {"stale"},
                 message=f"Worker '{worker.id}' is still sending heartbeats: quiet or stop it.",
             )  # fmt: skip
-        recovered = lifecycle.recover_dead_workers()
+        recovered = lifecycle.recover_dead_workers(worker_ids=[worker.id])
         return Response({"id": worker.id, "deregistered": True, "jobs_recovered": recovered})
 
 
@@ -436,6 +493,7 @@ class WorkerQuietView(AdminView):
 
     def post(self, request: Any, worker_id: str) -> Response:
         self.body(request)
+        self.require_every_queue(request)
         _found_worker(worker_id)
         worker = lifecycle.set_directive(worker_id, "quiet", actor=self.actor(request))
         return Response(_worker(worker, stale_before=_stale_before()))
@@ -449,7 +507,9 @@ class DeadLetterView(AdminView):
 
     def get(self, request: Any) -> Response:
         params = request.query_params
-        jobs = jobquery.JobFilter.parse(params).apply(_jobs().dead_letter())
+        jobs = jobquery.JobFilter.parse(params, extra=LIST_PARAMS).apply(
+            self.jobs(request).dead_letter()
+        )
         jobs = jobquery.order(jobs, params)
         items, page = _paginate(jobs, params)
         return Response({"items": [_summary(j) for j in items], "pagination": page})
@@ -457,10 +517,11 @@ class DeadLetterView(AdminView):
     def delete(self, request: Any) -> Response:
         body = self.body(request)
         _confirmed(body)
+        _only(body, {"confirm", "queue", "type", "older_than"})
         params: dict[str, Any] = {k: v for k, v in body.items() if k in {"queue", "type"}}
         if body.get("older_than"):
             params["finished_before"] = body["older_than"]
-        jobs = jobquery.JobFilter.parse(params).apply(_jobs().dead_letter())
+        jobs = jobquery.JobFilter.parse(params).apply(self.jobs(request).dead_letter())
         out = lifecycle.bulk("delete", jobs, actor=self.actor(request))
         return Response({"purged_count": out["succeeded"]})
 
@@ -470,6 +531,7 @@ class DeadLetterRetryView(AdminView):
 
     def post(self, request: Any, job_id: str) -> Response:
         self.body(request)
+        self.require_job_queue(request, job_id, MANAGE)
         return Response(_detail(lifecycle.retry_discarded(job_id, actor=self.actor(request))))
 
 
@@ -477,6 +539,7 @@ class SystemConfigView(AdminView):
     """``GET /admin/system/config`` (§12.2): the non-sensitive settings."""
 
     def get(self, request: Any) -> Response:
+        self.require_every_queue(request)
         return Response(
             {
                 "database_vendor": Job.objects.using(settings.DATABASE).db,
