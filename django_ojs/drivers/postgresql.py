@@ -7,6 +7,7 @@ receivers see exactly what was stored. The rest is the portable ORM implementati
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -38,7 +39,6 @@ _JSON_JOB_COLUMNS = frozenset(
 EVENT_COLUMNS = ("id", "type", "source", "subject", "time", "job_id", "queue", "data")
 _EVENT_COLUMN_LIST = ", ".join(EVENT_COLUMNS)
 _JOB_COLUMN_LIST = ", ".join(f'"{c}"' for c in JOB_COLUMNS)  # "unique" is a reserved word
-_JOB_PLACEHOLDERS = ", ".join(["%s"] * len(JOB_COLUMNS))
 _EVENT_PLACEHOLDERS = "(" + ", ".join(["%s"] * len(EVENT_COLUMNS)) + ")"
 
 # A UUIDv7 made by PostgreSQL 13+ (no uuidv7() before 18): the millisecond clock over
@@ -192,18 +192,24 @@ SELECT pg_notify('{CHANNEL}', name) FROM unnest(%(available)s::text[]) AS name
 # data-modifying CTEs do all of it in ONE statement, which PostgreSQL runs atomically, so
 # outside a caller's transaction no BEGIN/COMMIT is needed at all. Inside one, the NOTIFY
 # is still delivered only on commit.
+# Only the job's non-NULL columns are listed (a NULL column is what the INSERT leaves
+# out), and the queue name is one parameter used three times: the statement stays
+# under psycopg's 50 parameters, so its conversion to $n placeholders is cached and the
+# server prepares it (see _cursor); a few shapes cover a program's pushes.
 PUSH_ONE_SQL = f"""
 WITH job AS (
-    INSERT INTO ojs_job ({_JOB_COLUMN_LIST}) VALUES ({_JOB_PLACEHOLDERS})
+    INSERT INTO ojs_job ({{columns}}) VALUES ({{values}})
 ), queue AS (
-    INSERT INTO ojs_queue (name, paused, created_at) VALUES (%s, false, now())
+    INSERT INTO ojs_queue (name, paused, created_at) VALUES (%(queue)s, false, now())
     ON CONFLICT (name) DO NOTHING
 ){{events}}
-SELECT pg_notify('{CHANNEL}', %s) WHERE %s
+SELECT pg_notify('{CHANNEL}', %(queue)s) WHERE %(available)s
 """
 PUSH_ONE_EVENT_CTE = f""", event AS (
-    INSERT INTO ojs_event ({_EVENT_COLUMN_LIST}) VALUES {_EVENT_PLACEHOLDERS}
+    INSERT INTO ojs_event ({_EVENT_COLUMN_LIST})
+    VALUES (%(e0)s, %(e1)s, %(e2)s, %(e3)s, %(e4)s, %(e5)s, %(e6)s, %(e7)s)
 )"""
+_QUEUE_INDEX = JOB_COLUMNS.index("queue")
 
 # Why raw SQL: bulk pushes and bulk events go through COPY, which is an order of
 # magnitude faster than a multi-row INSERT prepared by the ORM (per-field preparation
@@ -255,6 +261,40 @@ def _statement(
         columns += ", " + ", ".join(f"e.{c}" for c in EVENT_COLUMNS)
         join = " LEFT JOIN ev AS e ON e.job_id = c.id"
     return template.format(events=events_cte, columns=columns, join=join, **extra)
+
+
+@functools.lru_cache(maxsize=64)
+def _push_one_sql(present: tuple[int, ...], with_event: bool) -> str:
+    """PUSH_ONE_SQL for the job columns at ``present`` (non-NULL values)."""
+    names = {_QUEUE_INDEX: "queue"}
+    return PUSH_ONE_SQL.format(
+        columns=", ".join(f'"{JOB_COLUMNS[i]}"' for i in present),
+        values=", ".join(f"%({names.get(i, f'job{i}')})s" for i in present),
+        events=PUSH_ONE_EVENT_CTE if with_event else "",
+    )
+
+
+def _cursor(connection: Any) -> Any:
+    """A cursor of ``connection`` (Django's wrapper) that binds parameters on the server.
+
+    Django's psycopg 3 backend gives client-side binding cursors (``ClientCursor``) unless
+    ``OPTIONS["server_side_binding"]``: psycopg then splits and quotes every statement in
+    Python, which costs more than the round trip on the hot paths here (a push is one
+    ~50-parameter statement). A server-binding cursor sends the statement and its
+    parameters apart, and psycopg prepares a statement once it has run
+    ``prepare_threshold`` times on the connection (5 by default; set
+    ``OPTIONS["prepare_threshold"] = None`` behind a transaction-pooling PgBouncer older
+    than 1.21). It is wrapped as Django wraps its own, so transactions, error
+    translation, ``execute_wrapper`` hooks and query logging behave the same.
+    """
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    with connection.wrap_database_errors:
+        raw = psycopg.Cursor(connection.connection)
+    if connection.queries_logged:
+        return connection.make_debug_cursor(raw)
+    return connection.make_cursor(raw)
 
 
 class PostgreSQLDriver(OrmDriver):
@@ -336,7 +376,7 @@ class PostgreSQLDriver(OrmDriver):
         # Model.from_db wants the values in the model's field order; the event columns
         # (when asked) follow the job columns in each row.
         connection = connections[self.using]
-        with connection.cursor() as cursor:
+        with _cursor(connection) as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
         n = len(model_fields)
@@ -355,18 +395,21 @@ class PostgreSQLDriver(OrmDriver):
         return written
 
     def push_one(self, job: Job, *, event: EventRow | None, available: bool) -> None:
-        sql = PUSH_ONE_SQL.format(events=PUSH_ONE_EVENT_CTE if event is not None else "")
-        params = [*_job_values(job), job.queue]
+        values = _job_values(job)
+        present = tuple(i for i, value in enumerate(values) if value is not None)
+        sql = _push_one_sql(present, event is not None)
+        params: dict[str, Any] = {f"job{i}": values[i] for i in present}
+        params["queue"], params["available"] = job.queue, available
         if event is not None:
-            params.extend(_event_values(event))
-        params.extend([job.queue, available])
-        with connections[self.using].cursor() as cursor:
+            params.update(zip(("e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7"),
+                              _event_values(event), strict=True))  # fmt: skip
+        with _cursor(connections[self.using]) as cursor:
             cursor.execute(sql, params)
 
     def push_many(
         self, jobs: list[Job], *, available: set[str], now: datetime, events: EventMode, source: str
     ) -> list[EventRow]:
-        with connections[self.using].cursor() as cursor:
+        with _cursor(connections[self.using]) as cursor:
             with cursor.copy(COPY_JOBS_SQL) as copy:
                 for job in jobs:
                     copy.write_row(_job_values(job))
@@ -387,7 +430,7 @@ class PostgreSQLDriver(OrmDriver):
     def insert_events(self, rows: list[EventRow]) -> None:
         if not rows:
             return
-        with connections[self.using].cursor() as cursor:
+        with _cursor(connections[self.using]) as cursor:
             if len(rows) >= COPY_THRESHOLD:
                 with cursor.copy(COPY_EVENTS_SQL) as copy:
                     for row in rows:
@@ -397,7 +440,7 @@ class PostgreSQLDriver(OrmDriver):
                 cursor.execute(sql, [v for row in rows for v in _event_values(row)])
 
     def after_push(self, queues: set[str], available: set[str]) -> None:
-        with connections[self.using].cursor() as cursor:
+        with _cursor(connections[self.using]) as cursor:
             cursor.execute(
                 AFTER_PUSH_SQL, {"queues": sorted(queues), "available": sorted(available)}
             )
@@ -405,11 +448,11 @@ class PostgreSQLDriver(OrmDriver):
     def lock_keys(self, keys: Sequence[str]) -> None:
         if not keys:
             return
-        with connections[self.using].cursor() as cursor:
+        with _cursor(connections[self.using]) as cursor:
             cursor.execute(LOCK_KEYS_SQL, [sorted(set(keys))])
 
     def try_lock(self, name: str) -> bool:
-        with connections[self.using].cursor() as cursor:
+        with _cursor(connections[self.using]) as cursor:
             cursor.execute(TRY_LOCK_SQL, [name])
             return bool(cursor.fetchone()[0])
 
