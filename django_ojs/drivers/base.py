@@ -186,6 +186,17 @@ class Driver(ABC):
         """
 
     @abstractmethod
+    def touch_worker(self, worker_id: str, queues: list[str], now: datetime) -> None:
+        """Register worker ``worker_id`` on first contact, else refresh its
+        ``last_heartbeat_at`` (worker protocol §3). Runs in the caller's transaction."""
+
+    @abstractmethod
+    def limited_candidates(self, queue: str, now: datetime, limit: int) -> list[tuple[Any, ...]]:
+        """``(id, rate_key, rate_limit)`` of up to ``limit`` available, unexpired jobs of
+        ``queue`` that a limit governs: rate-limited jobs, or every job when the queue has
+        a queue-level limit; claim order (priority high to low, then id)."""
+
+    @abstractmethod
     def lock_rows(self, queryset: QuerySet[Job], *, limit: int, skip_locked: bool) -> list[Job]:
         """Load and lock up to ``limit`` rows of ``queryset`` (ordered by the caller).
 

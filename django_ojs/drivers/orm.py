@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, JSONField, Q, QuerySet, Value, When
+from django.db.models import Case, Exists, JSONField, Q, QuerySet, Value, When
 
 from django_ojs.drivers.base import (
     Completion,
@@ -23,7 +23,7 @@ from django_ojs.drivers.base import (
     enqueue_event,
     job_rows,
 )
-from django_ojs.models import Event, Job, Queue
+from django_ojs.models import Event, Job, Queue, Worker
 from django_ojs.policy import elapsed_ms
 from django_ojs.states import RELEASED_FIELDS, TERMINAL_STATES
 
@@ -51,6 +51,26 @@ class OrmDriver(Driver):
             job.enqueued_at = now
             job.next_attempt_at = None
         return jobs
+
+    def touch_worker(self, worker_id: str, queues: list[str], now: datetime) -> None:
+        # One upsert: create the worker on first contact, else refresh its sign of life.
+        Worker.objects.using(self.using).bulk_create(
+            [Worker(id=worker_id, queues=queues, started_at=now, last_heartbeat_at=now)],
+            update_conflicts=True,
+            unique_fields=["id"],
+            update_fields=["last_heartbeat_at"],
+        )
+
+    def limited_candidates(self, queue: str, now: datetime, limit: int) -> list[tuple[Any, ...]]:
+        limited_queue = Queue.objects.using(self.using).filter(name=queue, limits__isnull=False)
+        return list(
+            Job.objects.using(self.using)
+            .filter(state="available", queue=queue)
+            .filter(Q(rate_key__isnull=False) | Q(Exists(limited_queue)))
+            .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
+            .order_by("-priority", "id")
+            .values_list("id", "rate_key", "rate_limit")[:limit]
+        )
 
     def lock_rows(self, queryset: QuerySet[Job], *, limit: int, skip_locked: bool) -> list[Job]:
         return list(queryset.select_for_update(skip_locked=skip_locked)[:limit])

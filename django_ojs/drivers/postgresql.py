@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 from django_ojs import resilience
 from django_ojs.drivers.base import Completion, EventMode, EventRow, Written
 from django_ojs.drivers.orm import OrmDriver
-from django_ojs.models import Job
+from django_ojs.models import Job, Worker
 from django_ojs.policy import Durations
 from django_ojs.states import TERMINAL_STATES
 
@@ -248,6 +248,33 @@ LOCK_KEYS_SQL = (
     " FROM unnest(%s::text[]) WITH ORDINALITY AS t(k, n)"
 )
 
+# Why raw SQL: the three statements below run on every fetch of an idle worker (the
+# pickup path of a job pushed to an idle queue); compiled by the ORM each costs more
+# than its round trip. Same conditions as JobQuerySet.due, Driver.touch_worker and
+# the ORM driver's limited_candidates.
+DUE_PROBE_SQL = """
+SELECT 1 FROM ojs_job
+WHERE ((state = 'scheduled' AND scheduled_at <= %(now)s)
+       OR (state = 'retryable' AND next_attempt_at <= %(now)s))
+  AND (%(all)s OR queue = ANY(%(queues)s::text[]))
+LIMIT 1
+"""
+WORKER_FIELDS = tuple(Worker._meta.concrete_fields)
+TOUCH_WORKER_SQL = f"""
+INSERT INTO ojs_worker ({", ".join(f'"{f.column}"' for f in WORKER_FIELDS)})
+VALUES ({", ".join(["%s"] * len(WORKER_FIELDS))})
+ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = EXCLUDED.last_heartbeat_at
+"""
+LIMITED_CANDIDATES_SQL = """
+SELECT id, rate_key, rate_limit FROM ojs_job
+WHERE state = 'available' AND queue = %(queue)s
+  AND (rate_key IS NOT NULL
+       OR EXISTS (SELECT 1 FROM ojs_queue q WHERE q.name = %(queue)s AND q.limits IS NOT NULL))
+  AND (stale_at IS NULL OR stale_at > %(now)s)
+ORDER BY priority DESC, id
+LIMIT %(limit)s
+"""
+
 # Why raw SQL: LISTEN has no ORM equivalent.
 LISTEN_SQL = "LISTEN " + CHANNEL
 
@@ -393,6 +420,36 @@ class PostgreSQLDriver(OrmDriver):
             if events.returned and row[n] is not None:
                 written.events.append(_event_row(row[n:]))
         return written
+
+    def promote_due(
+        self, *, now: datetime, queues: Sequence[str] | None, wait: bool, limit: int
+    ) -> list[Job]:
+        # A lock-free probe first: nearly always nothing is due. A row another
+        # transaction is promoting still reads as due here (its old version), so the
+        # locking pass below runs and waits for it when asked.
+        with _cursor(connections[self.using]) as cursor:
+            cursor.execute(
+                DUE_PROBE_SQL, {"now": now, "all": queues is None, "queues": list(queues or [])}
+            )
+            if cursor.fetchone() is None:
+                return []
+        return super().promote_due(now=now, queues=queues, wait=wait, limit=limit)
+
+    def touch_worker(self, worker_id: str, queues: list[str], now: datetime) -> None:
+        connection = connections[self.using]
+        worker = Worker(id=worker_id, queues=queues, started_at=now, last_heartbeat_at=now)
+        values = [f.get_db_prep_save(getattr(worker, f.attname), connection) for f in WORKER_FIELDS]
+        with _cursor(connection) as cursor:
+            cursor.execute(TOUCH_WORKER_SQL, values)
+
+    def limited_candidates(self, queue: str, now: datetime, limit: int) -> list[tuple[Any, ...]]:
+        with _cursor(connections[self.using]) as cursor:
+            cursor.execute(LIMITED_CANDIDATES_SQL, {"queue": queue, "now": now, "limit": limit})
+            rows = cursor.fetchall()
+        return [
+            (id_, key, json.loads(wire) if isinstance(wire, str | bytes) else wire)
+            for id_, key, wire in rows
+        ]
 
     def push_one(self, job: Job, *, event: EventRow | None, available: bool) -> None:
         values = _job_values(job)

@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, Q
 from django.utils import timezone
 
 from django_ojs import ratelimit
@@ -21,7 +20,7 @@ from django_ojs.drivers import Listener, get_driver
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.store import db
-from django_ojs.models import Job, Queue, RateLimitState, Worker
+from django_ojs.models import Job, Queue, RateLimitState
 from django_ojs.policy import configured
 from django_ojs.states import JobState
 from django_ojs.validation import (
@@ -39,6 +38,7 @@ def fetch(
     worker_id: str | None = None,
     visibility_timeout: float | timedelta | None = None,
     fields: Sequence[str] | None = None,
+    register: bool = True,
     using: str | None = None,
 ) -> list[Job]:
     """Claim up to ``count`` available jobs and return them ``active``.
@@ -63,6 +63,9 @@ def fetch(
     fields:
         Load only these job fields (plus ``id``; the others are deferred). The in-process
         worker asks for the few it needs, which makes its fetches much cheaper.
+    register:
+        Create or refresh the worker's row (the default). The in-process worker registers
+        when it starts and heartbeats on its own, so its fetches skip this write.
     """
     using = db(using)
     queues = validate_queues(queues)
@@ -81,8 +84,8 @@ def fetch(
         # It waits for a promotion the reaper has in flight (the reaper only ever skips
         # locked rows, so it never waits on us): each statement below then sees it.
         promote_due(now=now, queues=list(queues), wait=True, using=using)
-        if worker_id:
-            _touch_worker(worker_id, list(queues), using, now)
+        if worker_id and register:
+            driver.touch_worker(worker_id, list(queues), now)
         for queue in dict.fromkeys(queues):  # keep order, drop repeats
             remaining = count - len(claimed)
             if remaining <= 0:
@@ -129,18 +132,15 @@ def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
     """
     # One statement when there is nothing to do (an idle worker's poll): rate-limited jobs,
     # or any job when the queue has a queue-level limit.
-    limited_queue = Queue.objects.using(using).filter(name=queue, limits__isnull=False)
-    candidates = list(
-        Job.objects.using(using)
-        .filter(state=JobState.AVAILABLE, queue=queue)
-        .filter(Q(rate_key__isnull=False) | Q(Exists(limited_queue)))
-        .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
-        .order_by("-priority", "id")
-        .values_list("id", "rate_key", "rate_limit")[: max(limit * 4, 50)]
-    )
+    candidates = get_driver(using).limited_candidates(queue, now, max(limit * 4, 50))
     if not candidates:
         return []
-    queue_limits = limited_queue.values_list("limits", flat=True).first()
+    queue_limits = (
+        Queue.objects.using(using)
+        .filter(name=queue, limits__isnull=False)
+        .values_list("limits", flat=True)
+        .first()
+    )
     rules: dict[str, ratelimit.RateLimit] = {}
     for _, key, wire in candidates:
         if key is not None and key not in rules and isinstance(wire, dict):
@@ -231,16 +231,6 @@ def usage_of(
             .first()
         )
     return ratelimit.Usage(active, started, last), oldest
-
-
-def _touch_worker(worker_id: str, queues: list[str], using: str, now: datetime) -> None:
-    # One upsert: create the worker on first contact, else refresh its sign of life.
-    Worker.objects.using(using).bulk_create(
-        [Worker(id=worker_id, queues=queues, started_at=now, last_heartbeat_at=now)],
-        update_conflicts=True,
-        unique_fields=["id"],
-        update_fields=["last_heartbeat_at"],
-    )
 
 
 def listen(queues: Sequence[str], *, using: str | None = None) -> Listener:

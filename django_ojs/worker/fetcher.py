@@ -105,6 +105,7 @@ class Fetcher:
                     free,
                     worker_id=self.worker_id,
                     fields=FETCH_FIELDS,
+                    register=False,  # registered at start; the supervisor heartbeats
                     using=self.using,
                 )
             except Exception as exc:
