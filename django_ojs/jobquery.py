@@ -53,7 +53,8 @@ class JobFilter:
     @classmethod
     def parse(cls, params: Mapping[str, Any], *, extra: Iterable[str] = ()) -> JobFilter:
         """Validate ``params``; ``extra``: other keys the caller reads (refused otherwise)."""
-        unknown = sorted(str(k) for k in params if k not in PARAMETERS and k not in set(extra))
+        accepted = PARAMETERS | frozenset(extra)
+        unknown = sorted(str(k) for k in params if k not in accepted)
         if unknown:
             raise ValidationError(
                 f"Unknown filter '{unknown[0]}' (known: {', '.join(sorted(PARAMETERS))})",

@@ -25,7 +25,7 @@ from django_ojs.drivers.base import (
 )
 from django_ojs.models import Event, Job, Queue, Worker
 from django_ojs.policy import elapsed_ms
-from django_ojs.states import RELEASED_FIELDS, TERMINAL_STATES
+from django_ojs.states import RELEASED_FIELDS, TERMINAL_STATES, JobState
 
 RELEASED: dict[str, Any] = dict.fromkeys(RELEASED_FIELDS)
 
@@ -65,7 +65,7 @@ class OrmDriver(Driver):
         limited_queue = Queue.objects.using(self.using).filter(name=queue, limits__isnull=False)
         return list(
             Job.objects.using(self.using)
-            .filter(state="available", queue=queue)
+            .filter(state=JobState.AVAILABLE, queue=queue)
             .filter(Q(rate_key__isnull=False) | Q(Exists(limited_queue)))
             .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
             .order_by("-priority", "id")

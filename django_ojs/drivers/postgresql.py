@@ -205,9 +205,10 @@ WITH job AS (
 ){{events}}
 SELECT pg_notify('{CHANNEL}', %(queue)s) WHERE %(available)s
 """
+_EVENT_PARAMS = tuple(f"e{i}" for i in range(len(EVENT_COLUMNS)))
 PUSH_ONE_EVENT_CTE = f""", event AS (
     INSERT INTO ojs_event ({_EVENT_COLUMN_LIST})
-    VALUES (%(e0)s, %(e1)s, %(e2)s, %(e3)s, %(e4)s, %(e5)s, %(e6)s, %(e7)s)
+    VALUES ({", ".join(f"%({name})s" for name in _EVENT_PARAMS)})
 )"""
 _QUEUE_INDEX = JOB_COLUMNS.index("queue")
 
@@ -306,8 +307,8 @@ def _cursor(connection: Any) -> Any:
 
     Django's psycopg 3 backend gives client-side binding cursors (``ClientCursor``) unless
     ``OPTIONS["server_side_binding"]``: psycopg then splits and quotes every statement in
-    Python, which costs more than the round trip on the hot paths here (a push is one
-    ~50-parameter statement). A server-binding cursor sends the statement and its
+    Python, which costs more than the round trip on the hot paths here (a push binds
+    about 26 parameters). A server-binding cursor sends the statement and its
     parameters apart, and psycopg prepares a statement once it has run
     ``prepare_threshold`` times on the connection (5 by default; set
     ``OPTIONS["prepare_threshold"] = None`` behind a transaction-pooling PgBouncer older
@@ -458,8 +459,7 @@ class PostgreSQLDriver(OrmDriver):
         params: dict[str, Any] = {f"job{i}": values[i] for i in present}
         params["queue"], params["available"] = job.queue, available
         if event is not None:
-            params.update(zip(("e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7"),
-                              _event_values(event), strict=True))  # fmt: skip
+            params.update(zip(_EVENT_PARAMS, _event_values(event), strict=True))
         with _cursor(connections[self.using]) as cursor:
             cursor.execute(sql, params)
 

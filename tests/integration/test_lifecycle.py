@@ -740,3 +740,16 @@ def test_job_to_wire__round_trip_of_an_enqueued_job():
     assert out["state"] == "available" and out["id"] == str(job.id)
     started = Event.objects.filter(job_id=job.id).first().data
     assert started["trace_id"] == "t"  # events §8.3
+
+
+def test_fetch__register_false_claims_without_writing_the_worker_row():
+    """The in-process worker registers at start and heartbeats; its fetches skip the upsert."""
+    django_ojs.enqueue("a", [1])
+    django_ojs.enqueue("a", [2])
+    (got,) = lifecycle.fetch(["default"], worker_id="w-quiet", register=False)
+    assert Job.objects.get(pk=got.pk).worker_id == "w-quiet"
+    assert not Worker.objects.filter(id="w-quiet").exists()
+    old = timezone.now() - timedelta(minutes=5)
+    Worker.objects.create(id="w-loud", queues=["default"], last_heartbeat_at=old)
+    lifecycle.fetch(["default"], worker_id="w-loud")
+    assert Worker.objects.get(id="w-loud").last_heartbeat_at > old  # refreshed by default
