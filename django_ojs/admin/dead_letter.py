@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.template.response import TemplateResponse
+from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
 from django_ojs.admin import display
@@ -75,5 +74,5 @@ class DeadLetterJobAdmin(JobAdmin):
     @admin.action(description="Purge selected dead-lettered jobs", permissions=["purge"])
     def purge_dead_letter(
         self, request: HttpRequest, queryset: QuerySet[Job]
-    ) -> TemplateResponse | None:
+    ) -> HttpResponse | None:
         return self.run_action(request, queryset, "purge_dead_letter")

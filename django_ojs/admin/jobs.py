@@ -15,11 +15,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import flatten_fieldsets, quote
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.loader import render_to_string
-from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -45,6 +45,8 @@ TIMES = ("created_at", "scheduled_at", "enqueued_at", "started_at", "next_attemp
          "completed_at", "cancelled_at", "discarded_at", "expires_at")  # fmt: skip
 #: Events listed on a job's page (heartbeats are summarised, not listed).
 TIMELINE_LIMIT = 500
+#: Jobs acted on per request when an action runs on every job matching a filter.
+ACROSS_BATCH = 200
 
 
 def _who(request: HttpRequest) -> Actor:
@@ -459,9 +461,11 @@ class JobAdmin(ReadOnlyAdmin[Job]):
 
     def run_action(
         self, request: HttpRequest, queryset: QuerySet[Job], name: str
-    ) -> TemplateResponse | None:
+    ) -> HttpResponse | None:
         """Confirm, then make one lifecycle call per selected job and report the outcome."""
         action = ACTIONS[name]
+        if bulk.selects_across(request):
+            return self.run_across(request, queryset, name)
         rows = list(queryset.values_list("pk", "type", "queue", "state"))
         if not bulk.is_confirmed(request):
             return bulk.confirmation(
@@ -493,26 +497,92 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         self.message_user(request, outcome.message(action.past), outcome.level)
         return None
 
+    def run_across(self, request: HttpRequest, queryset: QuerySet[Job], name: str) -> HttpResponse:
+        """ "Select all N" chosen: confirm with N and a sample, then act in batches.
+
+        After the confirmation the progress page drives the run: each of its requests acts
+        on the next ``ACROSS_BATCH`` matching jobs in primary-key order (one lifecycle call
+        each, committed as it goes) and reports how far it got. Stopping between two
+        requests leaves nothing half-done; continuing resumes after the last job acted on.
+        Jobs that come to match the filter during the run are acted on too.
+        """
+        action = ACTIONS[name]
+        # Django posts an action only with some object selected: carry one along.
+        keys = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)[:1]
+        if not bulk.is_confirmed(request):
+            sample = list(queryset.values_list("pk", "type", "queue", "state")[
+                : bulk.CONFIRM_LIST_LIMIT])  # fmt: skip
+            counter = EstimatedCountPaginator(queryset.order_by("pk"), 1)
+            total = counter.count
+            about = "about " if counter.estimated else ""
+            noun = "job" if total == 1 else "jobs"
+            return bulk.confirmation(
+                request,
+                self,
+                action=name,
+                title=action.title,
+                question=f"{action.question} This applies to all {about}{total:,} {noun} "
+                "matching the current filter, in batches, with the progress shown.",
+                headers=("job", "type", "queue", "state"),
+                rows=[
+                    bulk.ConfirmRow(
+                        str(pk),
+                        (pk, type_, queue, display.state_badge(state)),
+                        ""
+                        if state in action.applies_to
+                        else f"will be skipped: {bulk.state_reason(state)}",
+                    )
+                    for pk, type_, queue, state in sample
+                ],
+                total=total,
+                submit_label=f"Yes, {action.button.lower()} all {about}{total:,} matching {noun}",
+                danger=action.danger,
+                across=True,
+                estimated=bool(counter.estimated),
+            )
+        try:
+            run = bulk.AcrossRun.load(request)
+            after = uuid.UUID(run.after) if run and run.after else None
+        except ValueError:
+            return HttpResponseBadRequest("The progress page's state was not understood.")
+        if run is None:  # just confirmed: show the progress page, which runs the batches
+            posted = request.POST.get("ojs_total", "")
+            run = bulk.AcrossRun(total=int(posted) if posted.isdigit() else 0,
+                                 estimated=request.POST.get("ojs_estimated") == "1")  # fmt: skip
+            return bulk.progress_page(request, self, action=name, title=action.title,
+                                      past=action.past, run=run, keys=keys)  # fmt: skip
+        if not run.finished:
+            pending = queryset.order_by("pk")
+            if after is not None:
+                pending = pending.filter(pk__gt=after)
+            batch = list(pending.values_list("pk", flat=True)[:ACROSS_BATCH])
+            run.add(bulk.apply(((str(pk), pk) for pk in batch), lambda pk: action.run(request, pk)))
+            run.after = str(batch[-1]) if batch else run.after
+            run.total = max(run.total, run.processed)
+            run.finished = len(batch) < ACROSS_BATCH
+            if run.finished:
+                self.message_user(request, run.message(action.past), run.level)
+        if bulk.wants_json(request):
+            return bulk.across_json(run, action.past)
+        return bulk.progress_page(request, self, action=name, title=action.title,
+                                  past=action.past, run=run, keys=keys)  # fmt: skip
+
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
-    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> TemplateResponse | None:
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         return self.run_action(request, queryset, "cancel_jobs")
 
     @admin.action(description="Retry selected dead-lettered jobs", permissions=["retry"])
-    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> TemplateResponse | None:
+    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         return self.run_action(request, queryset, "retry_jobs")
 
     @admin.action(description="Discard selected jobs", permissions=["discard"])
-    def discard_jobs(
-        self, request: HttpRequest, queryset: QuerySet[Job]
-    ) -> TemplateResponse | None:
+    def discard_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         return self.run_action(request, queryset, "discard_jobs")
 
     @admin.action(description="Run selected jobs now", permissions=["run_now"])
-    def run_jobs_now(
-        self, request: HttpRequest, queryset: QuerySet[Job]
-    ) -> TemplateResponse | None:
+    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         return self.run_action(request, queryset, "run_jobs_now")
 
     @admin.action(description="Purge selected finished jobs", permissions=["purge"])
-    def purge_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> TemplateResponse | None:
+    def purge_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         return self.run_action(request, queryset, "purge_jobs")

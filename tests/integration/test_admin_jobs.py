@@ -361,29 +361,6 @@ def test_action__on_a_job_that_left_the_filtered_list_is_reported(admin_client):
     assert Job.objects.filter(pk=job.pk).exists()
 
 
-def test_action__across_every_page_of_a_filter(admin_client):
-    dead = [JobFactory(discarded=True) for _ in range(3)]
-    JobFactory(completed=True)
-
-    page = admin_client.post(
-        f"{LIST}?state__exact=discarded",
-        {
-            "action": "retry_jobs",
-            "index": "0",
-            "select_across": "1",
-            "_selected_action": [str(dead[0].pk)],
-        },
-    )
-    assert "Yes, retry 3 jobs" in page.content.decode()
-    response = admin_client.post(
-        f"{LIST}?state__exact=discarded",
-        {"action": "retry_jobs", "post": "yes", "_selected_action": [str(j.pk) for j in dead]},
-        follow=True,
-    )
-
-    assert messages_of(response) == ["3 retried"]
-
-
 # -- permissions -------------------------------------------------------------------------------
 
 
@@ -462,3 +439,100 @@ def test_job_list_counts_exactly_below_the_limit_and_estimates_above(admin_clien
         assert counted.estimated is True and counted.count >= 6  # the planner's figure
     else:
         assert (counted.estimated, counted.count) == (False, 12)
+
+
+# -- every job matching a filter ---------------------------------------------------------------
+
+
+def _across(client, url: str, action: str, key: object, **extra: object):
+    data = {"action": action, "select_across": "1", "_selected_action": [str(key)], **extra}
+    return client.post(url, data)
+
+
+def test_action_across__confirms_with_the_count_and_runs_in_batches_to_the_end(
+    admin_client, monkeypatch
+):
+    monkeypatch.setattr("django_ojs.admin.jobs.ACROSS_BATCH", 2)
+    dead = [JobFactory(discarded=True) for _ in range(5)]
+    done = JobFactory(completed=True)
+    url = f"{LIST}?state__exact=discarded"
+
+    page = _across(admin_client, url, "retry_jobs", dead[0].pk, index="0")
+    text = page.content.decode()
+    assert "all 5 jobs matching the current filter" in text
+    assert "Yes, retry all 5 matching jobs" in text
+
+    progress = _across(admin_client, url, "retry_jobs", dead[0].pk, post="yes", ojs_total="5")
+    assert progress.templates[0].name == "admin/ojs/bulk_progress.html"
+    assert Job.objects.filter(state="discarded").count() == 5  # nothing runs before a batch
+    state = progress.context["state"]
+
+    seen = []
+    for _ in range(10):
+        step = _across(admin_client, url, "retry_jobs", dead[0].pk, post="yes",
+                       ojs_state=state, ojs_format="json").json()  # fmt: skip
+        seen.append(step["processed"])
+        state = step["state"]
+        if step["finished"]:
+            break
+
+    assert seen == [2, 4, 5]
+    assert step["message"] == "5 retried"
+    assert set(Job.objects.filter(pk__in=[j.pk for j in dead]).values_list("state", flat=True)) == {
+        "available"
+    }
+    assert Job.objects.get(pk=done.pk).state == "completed"
+    assert messages_of(admin_client.get(url, follow=True)) == ["5 retried"]
+
+
+def test_action_across__a_stopped_run_resumes_after_the_last_job_acted_on(
+    admin_client, monkeypatch
+):
+    monkeypatch.setattr("django_ojs.admin.jobs.ACROSS_BATCH", 3)
+    jobs = sorted((JobFactory(discarded=True) for _ in range(4)), key=lambda j: j.pk)
+    waiting = JobFactory()  # matches the filter but cannot be purged: reported as skipped
+    url = f"{LIST}?type={jobs[0].type}"
+    assert waiting.type == jobs[0].type
+    start = _across(admin_client, url, "purge_jobs", jobs[0].pk, post="yes", ojs_total="5")
+
+    first = _across(
+        admin_client, url, "purge_jobs", jobs[0].pk, post="yes", ojs_state=start.context["state"]
+    )  # fmt: skip  (no JavaScript: a page)
+    assert first.context["run"].processed == 3 and not first.context["run"].finished
+    # The operator stops here; later the page's Continue posts the same state back.
+    second = _across(admin_client, url, "purge_jobs", jobs[0].pk, post="yes",
+                     ojs_state=first.context["state"])  # fmt: skip
+
+    run = second.context["run"]
+    assert run.finished and run.done == 4
+    assert run.message("purged") == f"4 purged; 1 skipped: currently available ({waiting.pk})"
+    assert list(Job.objects.values_list("pk", flat=True)) == [waiting.pk]
+
+
+def test_action_across__a_forged_state_is_a_400_and_changes_nothing(admin_client):
+    job = JobFactory(discarded=True)
+
+    for state in (
+        "not json",
+        "[]",
+        '{"total": "x", "done": 0}',
+        '{"total": 1, "done": 0, "after": "zz"}',
+    ):
+        response = _across(admin_client, LIST, "retry_jobs", job.pk, post="yes", ojs_state=state)
+        assert response.status_code == 400
+
+    assert Job.objects.get(pk=job.pk).state == "discarded"
+
+
+def test_action_across__needs_the_action_permission():
+    client = operator("ojs.view_job", "ojs.purge_job")  # may purge, may not retry
+    job = JobFactory(discarded=True)
+
+    response = client.post(LIST, {
+        "action": "retry_jobs", "select_across": "1", "_selected_action": [str(job.pk)],
+        "post": "yes", "ojs_state": '{"total": 1, "done": 0}', "ojs_format": "json",
+    }, follow=True)  # fmt: skip
+
+    assert response["Content-Type"].startswith("text/html")  # the list, not a batch's outcome
+    assert messages_of(response) == ["No action selected."]
+    assert Job.objects.get(pk=job.pk).state == "discarded"
