@@ -64,6 +64,8 @@ DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 DEFAULT_MAX_JSON_DEPTH = 64
 #: Job types that may be enqueued (exact types or ``prefix.*``); None allows every type.
 DEFAULT_ALLOWED_JOB_TYPES: tuple[str, ...] | None = None
+#: Seconds between in-place refreshes of the admin dashboard and job list (0: never).
+DEFAULT_ADMIN_REFRESH_SECONDS = 5
 #: Retention of finished jobs and events, in seconds (None keeps them forever).
 DEFAULT_RETENTION = {
     "completed": 7 * 86400,
@@ -132,6 +134,12 @@ class Settings:
     def STORE_EVENTS(self) -> bool:
         """Write lifecycle events to the event table (signals are sent either way)."""
         return bool(self._get("OJS_STORE_EVENTS", DEFAULT_STORE_EVENTS))
+
+    @property
+    def ADMIN_REFRESH_SECONDS(self) -> int:
+        """Seconds between in-place refreshes of the admin dashboard and job list (0: off)."""
+        value = self._get("OJS_ADMIN_REFRESH_SECONDS", DEFAULT_ADMIN_REFRESH_SECONDS)
+        return max(int(value or 0), 0)
 
     @property
     def EVENT_SOURCE(self) -> str:

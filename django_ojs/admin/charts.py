@@ -133,3 +133,38 @@ def bar_chart(
         bars.append(bar)
     height = TOP + max(len(rows), 1) * (bar_height + gap) + 4
     return BarChart(width, height, bars, bar_height, label_width, top_value)
+
+
+#: Percentiles drawn by :func:`percentile_chart`, widest (drawn first, lightest) first.
+PERCENTILES = ("p99", "p95", "p50")
+
+
+def percentile_chart(
+    rows: Sequence[tuple[str, Mapping[str, float]]],
+    *,
+    width: int = 720,
+    bar_height: int = 18,
+    gap: int = 8,
+    label_width: int = 140,
+) -> BarChart:
+    """One bar per ``(label, {"p50": v, "p95": v, "p99": v})`` row, the three overlaid.
+
+    Each segment starts at the axis (``x = label_width``) and is as long as its value, so
+    the p50 bar sits on top of the p95 bar, which sits on top of the p99 bar. Values are
+    in milliseconds; the bar's end label is the p99.
+    """
+    plot_w = width - label_width - 80
+    top_value = nice_ceiling(max((v.get("p99", 0) for _, v in rows), default=0))
+    bars = []
+    for i, (label, values) in enumerate(rows):
+        bar = Bar(label, TOP + i * (bar_height + gap))
+        for name in PERCENTILES:
+            value = values.get(name, 0)
+            w = round(plot_w * value / top_value, 1)
+            bar.segments.append(Segment(name, float(label_width), w, round(value)))
+        bar.total = round(values.get("p99", 0))
+        bar.end_x = round(label_width + plot_w * values.get("p99", 0) / top_value, 1)
+        bar.middle_y = bar.y + bar_height / 2
+        bars.append(bar)
+    height = TOP + max(len(rows), 1) * (bar_height + gap) + 4
+    return BarChart(width, height, bars, bar_height, label_width, top_value)

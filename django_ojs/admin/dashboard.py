@@ -7,6 +7,8 @@ fall back to the finish times of the jobs still stored, and the page says so.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,6 +37,8 @@ SERIES_EVENTS = {"job.completed": "completed", "job.failed": "failed", "job.retr
 SERIES = ("completed", "failed", "retried")
 #: Queues drawn in the throughput chart (the busiest first).
 THROUGHPUT_QUEUES = 20
+#: Completed jobs read for the wait and run time percentiles: the newest of the window.
+TIMING_SAMPLE = 20_000
 
 
 def window(now: datetime) -> list[datetime]:
@@ -114,6 +118,66 @@ def throughput_by_queue(since: datetime, *, from_events: bool) -> list[tuple[str
     return ranked[:THROUGHPUT_QUEUES]
 
 
+def percentile(ordered: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of an ascending, non-empty sequence."""
+    rank = max(math.ceil(fraction * len(ordered)), 1)
+    return ordered[rank - 1]
+
+
+@dataclass
+class Timings:
+    """Wait (enqueued → started) and run (started → completed) time percentiles per queue."""
+
+    wait: list[tuple[str, dict[str, float]]]
+    run: list[tuple[str, dict[str, float]]]
+    jobs: int
+    sampled: bool  # True when more jobs completed than :data:`TIMING_SAMPLE`
+
+
+def timings(since: datetime) -> Timings:
+    """Percentiles over the jobs completed since ``since``, in milliseconds, busiest first.
+
+    Reads at most the newest ``TIMING_SAMPLE`` of them through the ``(state, completed_at)``
+    index, so the page costs the same at any volume; the page says when it sampled.
+    """
+    rows = list(
+        Job.objects.filter(state=JobState.COMPLETED, completed_at__gte=since)
+        .order_by("-completed_at")
+        .values_list("queue", "enqueued_at", "started_at", "completed_at")[: TIMING_SAMPLE + 1]
+    )
+    sampled = len(rows) > TIMING_SAMPLE
+    waits: dict[str, list[float]] = {}
+    runs: dict[str, list[float]] = {}
+    for queue, enqueued, started, completed in rows[:TIMING_SAMPLE]:
+        if started is None or completed is None:
+            continue
+        if enqueued is not None:
+            waits.setdefault(queue, []).append(max((started - enqueued).total_seconds(), 0) * 1000)
+        runs.setdefault(queue, []).append(max((completed - started).total_seconds(), 0) * 1000)
+
+    def table(values: dict[str, list[float]]) -> list[tuple[str, dict[str, float]]]:
+        out = []
+        for queue, samples in sorted(values.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            samples.sort()
+            out.append((queue, {"p50": percentile(samples, 0.50), "p95": percentile(samples, 0.95),
+                                "p99": percentile(samples, 0.99), "n": len(samples)}))  # fmt: skip
+        return out[:THROUGHPUT_QUEUES]
+
+    return Timings(table(waits), table(runs), min(len(rows), TIMING_SAMPLE), sampled)
+
+
+def timing_charts(timing: Timings) -> list[tuple[str, charts.BarChart, list[Any], str]]:
+    """``(title, chart, rows, element id)`` for the wait and run time charts that have data."""
+    return [
+        (title, charts.percentile_chart(rows), rows, chart_id)
+        for title, rows, chart_id in (
+            ("Wait time", timing.wait, "ojs-wait-chart"),
+            ("Run time", timing.run, "ojs-run-chart"),
+        )
+        if rows
+    ]
+
+
 @dataclass
 class Card:
     label: str
@@ -123,16 +187,19 @@ class Card:
     hint: str = ""
 
 
-def attention(now: datetime) -> list[Card]:
-    """The numbers an operator checks first: backlog, failures, stuck jobs, dead workers."""
-    by_state = dict(Job.objects.values_list("state").annotate(n=Count("*")).order_by())
+def attention(now: datetime, infos: Sequence[queue_ops.QueueInfo]) -> list[Card]:
+    """The numbers an operator checks first: backlog, failures, stuck jobs, dead workers.
+
+    ``infos`` are the queues with their counts by state (one grouped count for the page).
+    """
+    by_state = {s.value: sum(info.counts.get(s.value, 0) for info in infos) for s in JobState}
     jobs = reverse("admin:ojs_job_changelist")
     oldest = Job.objects.available().aggregate(t=Min("enqueued_at"))["t"]
     wait = display.seconds_ago(oldest, now)
     expired = Job.objects.expired(now).count()
     stale = Worker.objects.stale(stale_before(now)).count()
     workers = Worker.objects.count()
-    paused = sum(1 for q in queue_ops.list_queues() if q.paused)
+    paused = sum(1 for q in infos if q.paused)
     return [
         Card("available", by_state.get("available", 0), f"{jobs}?state__exact=available"),
         Card("active", by_state.get("active", 0), f"{jobs}?state__exact=active"),
@@ -153,11 +220,10 @@ def attention(now: datetime) -> list[Card]:
     ]  # fmt: skip
 
 
-def state_table() -> dict[str, Any]:
+def state_table(infos: Sequence[queue_ops.QueueInfo]) -> dict[str, Any]:
     """Jobs by state per queue, with the totals row; each cell links to the job list."""
     states = [s.value for s in JobState]
     jobs = reverse("admin:ojs_job_changelist")
-    infos = queue_ops.list_queues(with_counts=True)
     rows = [
         {
             "name": info.name,
@@ -182,10 +248,12 @@ def context(now: datetime | None = None) -> dict[str, Any]:
     series = per_minute(minutes) if from_events else per_minute_from_jobs(minutes)
     labels = [timezone.localtime(m).strftime("%H:%M") for m in minutes]
     throughput = throughput_by_queue(minutes[0], from_events=from_events)
+    timing = timings(minutes[0])
+    infos = queue_ops.list_queues(with_counts=True)
     return {
         "now": now,
-        "cards": attention(now),
-        "table": state_table(),
+        "cards": attention(now, infos),
+        "table": state_table(infos),
         "from_events": from_events,
         "minutes": labels,
         "series": series,
@@ -196,6 +264,8 @@ def context(now: datetime | None = None) -> dict[str, Any]:
         "line_chart": charts.line_chart(labels, series),
         "throughput": throughput,
         "bar_chart": charts.bar_chart(throughput) if throughput else None,
+        "timings": timing,
+        "timing_charts": timing_charts(timing),
     }
 
 
@@ -228,8 +298,12 @@ class DashboardAdmin(ReadOnlyAdmin[Dashboard]):
             "app_label": opts.app_label,
             "media": self.media,
             "window_minutes": WINDOW_MINUTES,
+            "refresh_seconds": settings.ADMIN_REFRESH_SECONDS,
             **context(),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/ojs/dashboard.html", page)
+        # ``?live=1``: only the part the page's script swaps in place.
+        live = request.GET.get("live") == "1"
+        template = "admin/ojs/dashboard_live.html" if live else "admin/ojs/dashboard.html"
+        return TemplateResponse(request, template, page)

@@ -432,7 +432,12 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         except NoReverseMatch:  # the dashboard is not registered on this admin site
             dashboard = ""
         return super().changelist_view(
-            request, {"ojs_dashboard_url": dashboard, **(extra_context or {})}
+            request,
+            {
+                "ojs_dashboard_url": dashboard,
+                "ojs_refresh_seconds": settings.ADMIN_REFRESH_SECONDS,
+                **(extra_context or {}),
+            },
         )
 
     def change_view(

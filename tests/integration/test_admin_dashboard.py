@@ -172,3 +172,87 @@ def test_charts__bar_geometry():
     assert [(s.x, s.width) for s in mail.segments] == [(100.0, 84.0), (184.0, 28.0)]
     assert mail.total == 4 and mail.end_x == 212.0 and mail.middle_y == mail.y + 9
     assert chart.bars[1].y > mail.y
+
+
+def _done(queue: str, wait_ms: int, run_ms: int, *, ago: timedelta = timedelta(minutes=5)) -> None:
+    completed = timezone.now() - ago
+    started = completed - timedelta(milliseconds=run_ms)
+    JobFactory(completed=True, queue=queue, started_at=started, completed_at=completed,
+               enqueued_at=started - timedelta(milliseconds=wait_ms))  # fmt: skip
+
+
+def test_dashboard__wait_and_run_time_percentiles_per_queue(admin_client):
+    for i in range(1, 101):  # waits 10..1000 ms, runs 1..100 ms
+        _done("mail", wait_ms=10 * i, run_ms=i)
+    _done("reports", wait_ms=5, run_ms=2_000)
+    _done("mail", wait_ms=99_999, run_ms=99_999, ago=timedelta(hours=2))  # out of the window
+    JobFactory(discarded=True, queue="mail")  # not completed: not counted
+
+    response = admin_client.get(URL)
+
+    timing = response.context["timings"]
+    assert timing.jobs == 101 and not timing.sampled
+    wait = dict(timing.wait)
+    assert [wait["mail"][p] for p in ("p50", "p95", "p99", "n")] == [500, 950, 990, 100]
+    assert wait["reports"]["p99"] == 5
+    run = dict(timing.run)
+    assert [run["mail"][p] for p in ("p50", "p99")] == [50, 99]
+    assert run["reports"]["p50"] == 2_000
+    assert [queue for queue, _ in timing.wait] == ["mail", "reports"]  # busiest first
+    html = response.content.decode()
+    assert '<svg class="ojs-chart" id="ojs-wait-chart"' in html
+    assert '<rect class="ojs-series-p50"' in html
+    assert '<svg class="ojs-chart" id="ojs-run-chart"' in html
+
+
+def test_dashboard__timings_read_a_bounded_sample(admin_client, monkeypatch):
+    monkeypatch.setattr(dashboard, "TIMING_SAMPLE", 3)
+    for i in range(5):
+        _done("mail", wait_ms=100, run_ms=10, ago=timedelta(minutes=i + 1))
+
+    timing = admin_client.get(URL).context["timings"]
+
+    assert timing.jobs == 3 and timing.sampled
+    assert "Read from the newest 3 completions" in admin_client.get(URL).content.decode()
+
+
+def test_dashboard__refreshes_in_place_from_a_fragment(admin_client, settings):
+    settings.OJS_ADMIN_REFRESH_SECONDS = 7
+    JobFactory(queue="mail")
+
+    page = admin_client.get(URL).content.decode()
+    fragment = admin_client.get(URL, {"live": "1"}).content.decode()
+
+    assert 'id="ojs-live" data-mode="fragment" data-url="?live=1" data-seconds="7"' in page
+    assert "ojs/live.js" in page and "Refresh every 7 seconds" in page
+    assert "<html" not in fragment and "<script" not in fragment
+    assert 'id="ojs-state-table"' in fragment and 'id="ojs-live-time"' in fragment
+    assert fragment.strip() in page  # the same markup the page holds
+
+    settings.OJS_ADMIN_REFRESH_SECONDS = 0
+    assert "ojs/live.js" not in admin_client.get(URL).content.decode()
+
+
+def test_job_list__refreshes_its_rows_in_place(admin_client, settings):
+    settings.OJS_ADMIN_REFRESH_SECONDS = 5
+    jobs_url = reverse("admin:ojs_job_changelist")
+
+    html = admin_client.get(jobs_url).content.decode()
+
+    assert 'id="ojs-live" data-mode="list" data-seconds="5"' in html and "ojs/live.js" in html
+    settings.OJS_ADMIN_REFRESH_SECONDS = 0
+    assert "ojs/live.js" not in admin_client.get(jobs_url).content.decode()
+
+
+def test_charts__percentile_geometry():
+    chart = charts.percentile_chart(
+        [("mail", {"p50": 10, "p95": 40, "p99": 50, "n": 9}), ("x", {"p50": 1, "p95": 1, "p99": 1})],
+        width=300, label_width=100,
+    )  # fmt: skip
+
+    mail = chart.bars[0]
+    assert chart.top_value == 50  # the largest p99, not the count
+    assert [(s.name, s.x, s.width) for s in mail.segments] == [
+        ("p99", 100.0, 120.0), ("p95", 100.0, 96.0), ("p50", 100.0, 24.0)
+    ]  # fmt: skip
+    assert mail.total == 50 and mail.end_x == 220.0
