@@ -3,6 +3,7 @@
     python bench/admin_scale.py                      # 1,000,000 jobs and 1,000,000 events
     python bench/admin_scale.py --jobs 100000        # smaller
     python bench/admin_scale.py --keep               # reuse the filled database
+    python bench/admin_scale.py --keep --search-index  # with the optional GIN indexes
 
 PostgreSQL only (``DATABASE_URL``, default ``.../ojs_bench_admin``). Fills the tables with
 SQL (``generate_series``: finished jobs in mixed states, queues, types, errors and args;
@@ -99,6 +100,7 @@ def fill(jobs: int, events: int) -> None:
 PAGES = [
     ("admin index", "admin:index", {}),
     ("dashboard", "admin:ojs_dashboard_changelist", {}),
+    ("dashboard, live refresh", "admin:ojs_dashboard_changelist", {"live": "1"}),
     ("job list", "admin:ojs_job_changelist", {}),
     ("job list, state=discarded", "admin:ojs_job_changelist", {"state__exact": "discarded"}),
     ("job list, queue=q3", "admin:ojs_job_changelist", {"queue__exact": "q3"}),
@@ -130,14 +132,24 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=None)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="do not refill the tables")
+    parser.add_argument(
+        "--search-index",
+        action="store_true",
+        help="build the optional GIN indexes on args/meta first (else drop them)",
+    )
     args = parser.parse_args()
     setup()
+    from django.core.management import call_command
     from django.contrib.auth import get_user_model
     from django.test import Client
     from django.urls import reverse
 
     if not args.keep:
         fill(args.jobs, args.events if args.events is not None else args.jobs)
+    start = time.perf_counter()
+    call_command("ojs_search_index", create=args.search_index, drop=not args.search_index)
+    if args.search_index:
+        print(f"(GIN indexes built in {time.perf_counter() - start:.1f} s)")
     user, _ = get_user_model().objects.get_or_create(
         username="bench-admin", defaults={"is_staff": True, "is_superuser": True}
     )

@@ -10,8 +10,10 @@ prefix with ``*``: ``email.*``), ``since``/``until`` (created), ``finished_befor
 Unknown parameters are refused (a misspelt ``queu`` must not widen a bulk action to every
 job); callers name the extra parameters they read themselves (``page``, ``sort``...).
 
-Containment (``args``, ``meta``) is ``@>`` on PostgreSQL. No GIN index is created (it
-would slow every insert), so the other filters should narrow the rows first. SQLite has
+Containment (``args``, ``meta``) is ``@>`` on PostgreSQL. No GIN index is created by the
+migrations (it slows every insert); :func:`search_indexes` (``manage.py
+ojs_search_index --create``) adds the two on demand. Without them the other filters
+should narrow the rows first. SQLite has
 no JSON containment operator: there it is ``ojs_json_contains(column, fragment)``, a
 function registered on every SQLite connection (:func:`register_sqlite_functions`) that
 runs :func:`contains` on each candidate row, inside the query, so it sees every row.
@@ -29,6 +31,7 @@ from django.db import connections
 from django.db.models import BooleanField, F, Func, Q, QuerySet, Value
 
 from django_ojs import envelope, states, validation
+from django_ojs.drivers import get_driver
 from django_ojs.exceptions import ValidationError
 from django_ojs.models import Job
 
@@ -251,3 +254,12 @@ def distinct_types(jobs: QuerySet[Job]) -> list[str]:
     with connections[jobs.db].cursor() as cursor:
         cursor.execute(sql, [MAX_CHOICES])
         return [row[0] for row in cursor.fetchall()]
+
+
+def search_indexes(*, create: bool | None = None, using: str) -> dict[str, bool] | None:
+    """The optional GIN indexes on ``args``/``meta`` (PostgreSQL): name → exists.
+
+    ``create=True`` builds the missing ones without blocking writes, ``False`` drops
+    them, ``None`` reports. ``None`` on databases without them (SQLite).
+    """
+    return get_driver(using).search_indexes(create=create)

@@ -300,6 +300,16 @@ class Driver(ABC):
     def listener(self, queues: list[str]) -> Listener:
         """A new object that waits for work in ``queues`` (one per worker loop)."""
 
+    # ------------------------------------------------------------------ optional indexes
+
+    def search_indexes(self, *, create: bool | None = None) -> dict[str, bool] | None:
+        """The optional indexes that serve ``args``/``meta`` containment: name → exists.
+
+        ``create=True`` creates the missing ones, ``False`` drops them, ``None`` only
+        reports. ``None`` is returned when the database has no such index (SQLite).
+        """
+        return None
+
 
 class Listener(Protocol):
     def wait(self, timeout: float) -> bool:

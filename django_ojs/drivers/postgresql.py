@@ -325,6 +325,20 @@ def _cursor(connection: Any) -> Any:
     return connection.make_cursor(raw)
 
 
+#: The optional GIN indexes for ``args``/``meta`` containment (``@>``): index → column.
+#: ``jsonb_path_ops`` indexes serve ``@>`` only, and are smaller and faster than the
+#: default operator class. Created by ``manage.py ojs_search_index --create``.
+SEARCH_INDEXES = {"ojs_job_args_gin": "args", "ojs_job_meta_gin": "meta"}
+INDEX_VALID_SQL = """
+SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE c.relname = %(name)s AND pg_catalog.pg_table_is_visible(c.oid)
+"""
+INDEXES_PRESENT_SQL = """
+SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE c.relname = ANY(%(names)s) AND i.indisvalid AND pg_catalog.pg_table_is_visible(c.oid)
+"""
+
+
 class PostgreSQLDriver(OrmDriver):
     vendor = "postgresql"
 
@@ -435,6 +449,26 @@ class PostgreSQLDriver(OrmDriver):
             if cursor.fetchone() is None:
                 return []
         return super().promote_due(now=now, queues=queues, wait=wait, limit=limit)
+
+    def search_indexes(self, *, create: bool | None = None) -> dict[str, bool] | None:
+        # CONCURRENTLY: building them never blocks pushes or claims (it cannot run inside
+        # a transaction block, so this is called in autocommit). A build that failed
+        # leaves an INVALID index; it is dropped and built again.
+        connection = connections[self.using]
+        with _cursor(connection) as cursor:
+            for name, column in SEARCH_INDEXES.items():
+                cursor.execute(INDEX_VALID_SQL, {"name": name})
+                found = cursor.fetchone()
+                if create is False or (create and found is not None and not found[0]):
+                    cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+                if create:
+                    cursor.execute(
+                        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} "
+                        f"ON ojs_job USING gin ({column} jsonb_path_ops)"
+                    )
+            cursor.execute(INDEXES_PRESENT_SQL, {"names": list(SEARCH_INDEXES)})
+            present = {name for (name,) in cursor.fetchall()}
+        return {name: name in present for name in SEARCH_INDEXES}
 
     def touch_worker(self, worker_id: str, queues: list[str], now: datetime) -> None:
         connection = connections[self.using]

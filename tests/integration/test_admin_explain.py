@@ -8,7 +8,10 @@ is the page that crawls (issue 14). PostgreSQL only.
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -17,7 +20,7 @@ import django_ojs
 from django_ojs import lifecycle
 from tests.factories import JobFactory, WorkerFactory
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgresql]
+pytestmark = [pytest.mark.postgresql]
 
 PAGES = [
     ("admin:index", {}),
@@ -48,6 +51,7 @@ def scanned(sql: str, params: tuple) -> list[str]:
     ]
 
 
+@pytest.mark.django_db
 @pytest.mark.parametrize(("name", "query"), PAGES)
 def test_admin_page_queries_use_indexes(admin_client, name, query):
     JobFactory.create_batch(3, queue="mail", type="email.send")
@@ -69,3 +73,37 @@ def test_admin_page_queries_use_indexes(admin_client, name, query):
         for scan in scanned(sql, ()):
             offenders.append(f"{scan}\n    in: {sql[:300]}")
     assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.django_db(transaction=True)  # CREATE INDEX CONCURRENTLY: no transaction block
+def test_args_and_meta_search_uses_the_optional_gin_indexes(admin_client):
+    JobFactory.create_batch(3, queue="mail", args=[{"order_id": 7}], meta={"tenant": "acme"})
+    out = io.StringIO()
+    call_command("ojs_search_index", stdout=out)
+    assert out.getvalue().split() == ["ojs_job_args_gin:", "absent", "ojs_job_meta_gin:", "absent"]
+    pages = [{"q": 'args:[{"order_id": 7}]'}, {"q": 'meta:{"tenant": "acme"}'}]
+    try:
+        call_command("ojs_search_index", create=True, stdout=out)
+        assert out.getvalue().split()[-4:] == ["ojs_job_args_gin:", "present",
+                                               "ojs_job_meta_gin:", "present"]  # fmt: skip
+        for query in pages:
+            with CaptureQueriesContext(connection) as captured:
+                response = admin_client.get(reverse("admin:ojs_job_changelist"), query)
+            assert response.status_code == 200 and len(response.context["cl"].result_list) == 3
+            searches = [q["sql"] for q in captured.captured_queries if "@>" in q["sql"]]
+            assert searches
+            for sql in searches:
+                with connection.cursor() as cursor:
+                    cursor.execute("SET enable_seqscan = off")
+                    cursor.execute(f"EXPLAIN {sql}")
+                    plan = "\n".join(row[0] for row in cursor.fetchall())
+                    cursor.execute("RESET enable_seqscan")
+                assert "_gin" in plan, plan
+    finally:
+        call_command("ojs_search_index", drop=True, stdout=out)
+    assert out.getvalue().split()[-4:] == [
+        "ojs_job_args_gin:",
+        "absent",
+        "ojs_job_meta_gin:",
+        "absent",
+    ]

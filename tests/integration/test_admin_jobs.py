@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
@@ -536,3 +537,9 @@ def test_action_across__needs_the_action_permission():
     assert response["Content-Type"].startswith("text/html")  # the list, not a batch's outcome
     assert messages_of(response) == ["No action selected."]
     assert Job.objects.get(pk=job.pk).state == "discarded"
+
+
+@pytest.mark.sqlite
+def test_search_index_command__sqlite_has_none_and_says_why():
+    with pytest.raises(CommandError, match="on SQLite, args/meta search checks each row"):
+        call_command("ojs_search_index", create=True)
