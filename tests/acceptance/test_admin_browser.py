@@ -298,3 +298,60 @@ def test_operator_console_in_a_browser(browser, live_server):
         for n in ui.find("svg.ojs-workflow-graph").find_elements("css selector", "g.ojs-node")
     ]
     assert states == ["available", "pending"]
+
+
+def test_operator_retries_every_matching_dead_letter_and_watches_the_dashboard(
+    browser, live_server, settings
+):
+    """Search by an args fragment, retry all 1,000 matching dead letters, see it live."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    settings.OJS_ADMIN_REFRESH_SECONDS = 1
+    User.objects.create_superuser("admin", "admin@example.com", "admin-pw")
+    matching = JobFactory.build_batch(1000, discarded=True, type="invoice.render",
+                                      queue="billing", args=[{"batch": "b-7"}])  # fmt: skip
+    others = JobFactory.build_batch(20, discarded=True, type="invoice.render",
+                                    queue="billing", args=[{"batch": "b-8"}])  # fmt: skip
+    Job.objects.bulk_create(matching + others)
+    ui = Console(browser, live_server.url)
+    ui.open("/admin/login/?next=/admin/ojs/deadletterjob/")
+    ui.find("#id_username").send_keys("admin")
+    ui.find("#id_password").send_keys("admin-pw")
+    ui.navigate(ui.find('input[type="submit"]'))
+
+    # Search the dead letter by a JSON fragment of the arguments.
+    ui.find("#searchbar").send_keys('args:[{"batch": "b-7"}]')
+    ui.navigate(ui.find('#changelist-search input[type="submit"]'))
+    assert "1000" in ui.find("#changelist .paginator").text.replace(",", "")
+
+    # Select every matching job (not only this page) and retry them all.
+    ui.find("#action-toggle").click()
+    ui.find("div.actions span.question a").click()  # "Select all 1000 …"
+    Select(ui.find('select[name="action"]')).select_by_value("retry_jobs")
+    ui.navigate(ui.find('button[name="index"]'))
+    assert "all 1,000 jobs matching the current filter" in ui.find("#content-main").text
+    ui.screenshot("confirm-retry-all-matching")
+    ui.confirm()
+    assert "ojs-bulk" in ui.find("body").get_attribute("class")
+    WebDriverWait(browser, 300).until(
+        lambda driver: driver.find_element(By.ID, "ojs-bulk-status").text == "Done."
+    )
+    assert ui.find("#ojs-bulk-processed").text == "1000"
+    assert ui.find("#ojs-bulk-summary").text == "1000 retried"
+    ui.screenshot("retry-all-matching-done")
+    assert Job.objects.filter(pk__in=[j.pk for j in matching], state="available").count() == 1000
+    assert Job.objects.filter(pk__in=[j.pk for j in others], state="discarded").count() == 20
+
+    # The dashboard updates in place: no reload (a marker set on the page survives).
+    ui.open("/admin/ojs/dashboard/")
+    browser.execute_script("window.ojsNoReload = 'still here';")
+    card = "//a[contains(@class, 'ojs-card')][.//div[@class='ojs-card-label'][text()='available']]"
+    assert browser.find_element(By.XPATH, card).text.startswith("1000")
+    django_ojs.enqueue_many(
+        [django_ojs.job("invoice.render", [i], queue="billing") for i in range(5)]
+    )
+    WebDriverWait(browser, 120).until(
+        lambda driver: driver.find_element(By.XPATH, card).text.startswith("1005")
+    )
+    assert browser.execute_script("return window.ojsNoReload") == "still here"
