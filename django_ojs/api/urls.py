@@ -32,6 +32,7 @@ v1: list[URLPattern | URLResolver] = [
     path("queues/<str:name>/resume", views.QueueResumeView.as_view(), name="queue-resume"),
     path("queues/<str:name>/config", views.QueueConfigView.as_view(), name="queue-config"),
     path("dead-letter", views.DeadLetterListView.as_view(), name="dead-letter-list"),
+    path("dead-letter/stats", views.DeadLetterStatsView.as_view(), name="dead-letter-stats"),
     path(
         "dead-letter/<str:job_id>", views.DeadLetterDetailView.as_view(), name="dead-letter-detail"
     ),
@@ -75,6 +76,16 @@ admin = [
         name="admin-worker-quiet",
     ),
     path("dead-letter", admin_views.DeadLetterView.as_view(), name="admin-dead-letter"),
+    path(
+        "dead-letter/stats",
+        admin_views.DeadLetterStatsView.as_view(),
+        name="admin-dead-letter-stats",
+    ),
+    path(
+        "dead-letter/<str:job_id>",
+        admin_views.DeadLetterJobView.as_view(),
+        name="admin-dead-letter-job",
+    ),
     path(
         "dead-letter/<str:job_id>/retry",
         admin_views.DeadLetterRetryView.as_view(),

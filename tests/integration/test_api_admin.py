@@ -316,3 +316,48 @@ def test_args_filter_sees_every_row_on_every_database(api):
     found = api.get(f'{A}/jobs?args=[{{"account": 42, "fmt": "pdf"}}]').body["items"]
     assert [j["id"] for j in found] == [str(target.id)]
     assert api.get(f'{A}/jobs?meta={{"x": 1}}').body["items"] == []
+
+
+def test_dead_letter_stats_detail_and_delete(api, settings):
+    settings.OJS_RETENTION = {"dead_letter": 180 * 86400}
+    mail = dead(2, queue="mail")
+    (sms,) = dead(1, queue="sms")
+    no_error = django_ojs.enqueue("x.y", [], queue="sms")
+    lifecycle.discard(no_error.pk, reason="by hand")  # a dead letter without an error type
+    django_ojs.enqueue("email.send", [9], queue="mail")  # alive: not counted
+
+    for path in (f"{A}/dead-letter/stats", "/dead-letter/stats"):
+        stats = api.get(path).body
+        assert stats["total"] == 4
+        assert stats["by_queue"] == {"mail": 2, "sms": 2}
+        assert (
+            stats["by_error_type"]["SMTPError"] == 3 and sum(stats["by_error_type"].values()) == 4
+        )
+        assert stats["oldest_at"] <= stats["newest_at"]
+        assert stats["retention"]["max_age"] == "P180D" and stats["retention"]["next_prune_at"]
+
+    detail = api.get(f"{A}/dead-letter/{sms.id}")
+    assert detail.status_code == 200 and detail.body["id"] == str(sms.id)
+    assert api.get(f"/dead-letter/{sms.id}").body["job"]["state"] == "discarded"
+    alive = Job.objects.get(state="available")
+    assert_ojs_error(api.get(f"{A}/dead-letter/{alive.id}"), 404, "not_found")
+    assert_ojs_error(api.get(f"{A}/dead-letter/not-a-uuid"), 404, "not_found")
+
+    deleted = api.delete(f"{A}/dead-letter/{mail[0].id}")
+    assert deleted.status_code == 204
+    assert not Job.objects.filter(pk=mail[0].id).exists()
+    assert_ojs_error(api.delete(f"{A}/dead-letter/{alive.id}"), 404)
+    assert Job.objects.filter(pk=alive.id).exists()
+
+
+def test_dead_letter_stats_of_a_queue_limited_key(db):
+    dead(1, queue="mail")
+    dead(2, queue="sms")
+    from django_ojs import apikeys
+    from tests.integration.api_support import OJSClient
+
+    limited = OJSClient(apikeys.create("mail-admin", "admin", queues=["mail"])[1])
+
+    stats = limited.get(f"{A}/dead-letter/stats").body
+
+    assert stats["total"] == 1 and stats["by_queue"] == {"mail": 1}

@@ -8,6 +8,7 @@ from django_ojs.api.views.dead_letter import (
     DeadLetterDetailView,
     DeadLetterListView,
     DeadLetterRetryView,
+    DeadLetterStatsView,
 )
 from django_ojs.api.views.events import EventListView
 from django_ojs.api.views.jobs import (
@@ -43,6 +44,7 @@ __all__ = [
     "DeadLetterDetailView",
     "DeadLetterListView",
     "DeadLetterRetryView",
+    "DeadLetterStatsView",
     "EventListView",
     "FetchView",
     "HealthView",

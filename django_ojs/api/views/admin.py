@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from django_ojs import envelope, jobquery, lifecycle, queues, validation
 from django_ojs.api import serializers
 from django_ojs.api.permissions import MANAGE
+from django_ojs.api.views import dead_letter
 from django_ojs.api.views.base import OJSView
 from django_ojs.conf import settings
 from django_ojs.exceptions import (
@@ -524,6 +525,26 @@ class DeadLetterView(AdminView):
         jobs = jobquery.JobFilter.parse(params).apply(self.jobs(request).dead_letter())
         out = lifecycle.bulk("delete", jobs, actor=self.actor(request))
         return Response({"purged_count": out["succeeded"]})
+
+
+class DeadLetterStatsView(AdminView):
+    """``GET /admin/dead-letter/stats``: the dead-letter extension's statistics (§10.1)."""
+
+    def get(self, request: Any) -> Response:
+        return Response(dead_letter.stats(self.jobs(request).dead_letter()))
+
+
+class DeadLetterJobView(AdminView):
+    """``GET`` / ``DELETE /admin/dead-letter/{id}``: one dead-lettered job (§3 resources)."""
+
+    def get(self, request: Any, job_id: str) -> Response:
+        self.require_job_queue(request, job_id, MANAGE)
+        return Response(_detail(dead_letter.dead_job(self.jobs(request).dead_letter(), job_id)))
+
+    def delete(self, request: Any, job_id: str) -> Response:
+        self.require_job_queue(request, job_id, MANAGE)
+        lifecycle.delete_discarded(job_id, actor=self.actor(request))
+        return Response(status=204)  # ext-dead-letter suite; the spec names no status
 
 
 class DeadLetterRetryView(AdminView):

@@ -1,12 +1,15 @@
-"""Dead letter endpoints (HB §12): list discarded jobs, retry one, delete one."""
+"""Dead letter endpoints (HB §12, dead-letter extension §10): list, stats, get, retry, delete."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Count, Max, Min, QuerySet
 from rest_framework.response import Response
 
-from django_ojs import lifecycle, validation
+from django_ojs import envelope, lifecycle, retry, validation
 from django_ojs.api import pagination, serializers
 from django_ojs.api.permissions import CANCEL, INSPECT, MANAGE
 from django_ojs.api.views.base import OJSView
@@ -35,6 +38,66 @@ class DeadLetterListView(OJSView):
         return Response({"jobs": [serializers.job(j) for j in chunk], "pagination": meta})
 
 
+def stats(jobs: QuerySet[Job]) -> dict[str, Any]:
+    """Dead-letter extension §10.1 statistics of ``jobs`` (already the dead letter).
+
+    ``by_error_type`` counts the type of each job's last error (``Unknown`` without one).
+    ``retention.max_age`` is ``OJS_RETENTION["dead_letter"]``; the reaper prunes on its
+    prune interval, so ``next_prune_at`` is when the oldest job passes that age.
+    """
+    by_queue = dict(jobs.values_list("queue").annotate(n=Count("*")).order_by())
+    by_error: dict[str, int] = {}
+    for error_type, n in jobs.values_list("error__type").annotate(n=Count("*")).order_by():
+        key = error_type if isinstance(error_type, str) and error_type else "Unknown"
+        by_error[key] = by_error.get(key, 0) + n
+    span = jobs.aggregate(oldest=Min("discarded_at"), newest=Max("discarded_at"))
+    max_age = settings.RETENTION.get("dead_letter")
+    next_prune = span["oldest"] + timedelta(seconds=max_age) if max_age and span["oldest"] else None
+    return {
+        "total": sum(by_queue.values()),
+        "by_queue": by_queue,
+        "by_error_type": dict(sorted(by_error.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "oldest_at": envelope.format_timestamp(span["oldest"]),
+        "newest_at": envelope.format_timestamp(span["newest"]),
+        "retention": {
+            "max_age": _iso_age(max_age),
+            "next_prune_at": envelope.format_timestamp(next_prune),
+        },
+    }
+
+
+def _iso_age(seconds: float | None) -> str | None:
+    if not seconds:
+        return None
+    days, rest = divmod(seconds, 86400)
+    if not rest:
+        return f"P{int(days)}D"
+    return (f"P{int(days)}D" if days else "P") + retry.format_duration(rest * 1000)
+
+
+def dead_job(jobs: QuerySet[Job], job_id: str) -> Job:
+    """The dead-lettered job ``job_id`` of ``jobs``; 404 when it is not in the dead letter."""
+    try:
+        job = jobs.filter(pk=job_id).first()
+    except (ValueError, TypeError, DjangoValidationError):  # not a UUID: no such job
+        job = None
+    if job is None:
+        raise JobNotFound(job_id, f"Job '{job_id}' is not in the dead letter queue.")
+    return job
+
+
+class DeadLetterStatsView(OJSView):
+    """``GET /ojs/v1/dead-letter/stats``: counts by queue and error type (DLQ §10.1)."""
+
+    operation = INSPECT
+
+    def get(self, request: Any) -> Response:
+        jobs = Job.objects.using(settings.DATABASE).dead_letter()
+        if (allowed := self.queue_filter(request)) is not None:
+            jobs = jobs.filter(allowed)
+        return Response(stats(jobs))
+
+
 class DeadLetterRetryView(OJSView):
     """``POST /ojs/v1/dead-letter/{id}/retry``: back to ``available`` with ``attempt`` 0."""
 
@@ -54,9 +117,15 @@ class DeadLetterRetryView(OJSView):
 
 
 class DeadLetterDetailView(OJSView):
-    """``DELETE /ojs/v1/dead-letter/{id}``: delete a discarded job for good."""
+    """``GET`` / ``DELETE /ojs/v1/dead-letter/{id}``: a discarded job; delete it for good."""
 
-    operation = MANAGE  # deleting data for good, like a purge (admin only)
+    # Deleting data for good is like a purge (admin only); reading is inspection.
+    operation = {"GET": INSPECT, "DELETE": MANAGE}
+
+    def get(self, request: Any, job_id: str) -> Response:
+        self.require_job_queue(request, job_id, INSPECT)
+        job = dead_job(Job.objects.using(settings.DATABASE).dead_letter(), job_id)
+        return Response({"job": serializers.job(job)})
 
     def delete(self, request: Any, job_id: str) -> Response:
         self.require_job_queue(request, job_id, MANAGE)
