@@ -22,6 +22,7 @@ runs :func:`contains` on each candidate row, inside the query, so it sees every 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -263,3 +264,49 @@ def search_indexes(*, create: bool | None = None, using: str) -> dict[str, bool]
     them, ``None`` reports. ``None`` on databases without them (SQLite).
     """
     return get_driver(using).search_indexes(create=create)
+
+
+#: Up to this many rows :func:`count` is exact.
+EXACT_COUNT_LIMIT = 10_000
+
+
+def count(jobs: QuerySet[Any]) -> tuple[int, bool]:
+    """``(n, estimated)``: how many rows ``jobs`` has, never counting a million of them.
+
+    Counts at most ``EXACT_COUNT_LIMIT + 1`` rows (``SELECT count(*) FROM (… LIMIT n)``
+    stops early); above that PostgreSQL's planner estimates the same query (``EXPLAIN``,
+    no rows read) and ``estimated`` is True. SQLite always counts exactly.
+    """
+    if connections[jobs.db].vendor != "postgresql":
+        return jobs.count(), False
+    exact = jobs.order_by()[: EXACT_COUNT_LIMIT + 1].count()
+    if exact <= EXACT_COUNT_LIMIT:
+        return exact, False
+    return max(planner_estimate(jobs), exact), True
+
+
+def planner_estimate(jobs: QuerySet[Any]) -> int:
+    """PostgreSQL's estimate of how many rows ``jobs`` returns (``EXPLAIN``)."""
+    sql, params = jobs.order_by().query.sql_with_params()
+    with connections[jobs.db].cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+def after_cursor(jobs: QuerySet[Job], cursor: str | None) -> QuerySet[Job]:
+    """Keyset pagination, newest first: the jobs of ``jobs`` older than job ``cursor``.
+
+    Job ids are UUIDv7, so id order is creation order and the primary key index serves
+    ``ORDER BY id DESC`` from any point: a deep page costs what the first one does,
+    where ``OFFSET`` reads and drops every row before it.
+    """
+    ordered = jobs.order_by("-id")
+    if not cursor:
+        return ordered
+    try:
+        return ordered.filter(id__lt=uuid.UUID(cursor))
+    except ValueError:
+        raise ValidationError("cursor must be a job id from next_cursor", field="cursor") from None

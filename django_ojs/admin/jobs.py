@@ -517,9 +517,8 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         if not bulk.is_confirmed(request):
             sample = list(queryset.values_list("pk", "type", "queue", "state")[
                 : bulk.CONFIRM_LIST_LIMIT])  # fmt: skip
-            counter = EstimatedCountPaginator(queryset.order_by("pk"), 1)
-            total = counter.count
-            about = "about " if counter.estimated else ""
+            total, estimated = jobquery.count(queryset)
+            about = "about " if estimated else ""
             noun = "job" if total == 1 else "jobs"
             return bulk.confirmation(
                 request,
@@ -543,7 +542,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
                 submit_label=f"Yes, {action.button.lower()} all {about}{total:,} matching {noun}",
                 danger=action.danger,
                 across=True,
-                estimated=bool(counter.estimated),
+                estimated=estimated,
             )
         try:
             run = bulk.AcrossRun.load(request)

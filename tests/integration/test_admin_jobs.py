@@ -426,9 +426,9 @@ def test_permissions__anonymous_users_are_sent_to_login(client):
 def test_job_list_counts_exactly_below_the_limit_and_estimates_above(admin_client, monkeypatch):
     from django.db import connection
 
-    from django_ojs.admin import paginator
+    from django_ojs import jobquery
 
-    monkeypatch.setattr(paginator, "EXACT_LIMIT", 5)
+    monkeypatch.setattr(jobquery, "EXACT_COUNT_LIMIT", 5)
     JobFactory.create_batch(4)
     response = admin_client.get(LIST)
     assert response.context["cl"].paginator.count == 4

@@ -361,3 +361,39 @@ def test_dead_letter_stats_of_a_queue_limited_key(db):
     stats = limited.get(f"{A}/dead-letter/stats").body
 
     assert stats["total"] == 1 and stats["by_queue"] == {"mail": 1}
+
+
+def test_job_lists_page_by_cursor_without_offset(api):
+    ids = [str(django_ojs.enqueue("email.send", [i], queue="mail").id) for i in range(5)]
+    newest_first = sorted(ids, reverse=True)  # UUIDv7: id order is creation order
+
+    seen, cursor = [], ""
+    for _ in range(5):
+        body = api.get(f"{A}/jobs?per_page=2&cursor={cursor}").body
+        seen += [j["id"] for j in body["items"]]
+        assert "page" not in body["pagination"] and body["pagination"]["total"] == 5
+        cursor = body["pagination"]["next_cursor"]
+        if cursor is None:
+            break
+
+    assert seen == newest_first
+    assert_ojs_error(api.get(f"{A}/jobs?cursor=nope"), 400)
+    assert_ojs_error(api.get(f"{A}/jobs?cursor=&page=2"), 400)
+    assert_ojs_error(api.get(f"{A}/jobs?cursor=&sort=priority"), 400)
+
+
+def test_job_list_totals_are_estimated_above_the_exact_limit(api, monkeypatch):
+    from django.db import connection
+
+    from django_ojs import jobquery
+
+    monkeypatch.setattr(jobquery, "EXACT_COUNT_LIMIT", 3)
+    for i in range(5):
+        django_ojs.enqueue("email.send", [i], queue="mail")
+
+    pagination = api.get(f"{A}/jobs").body["pagination"]
+
+    if connection.vendor == "postgresql":
+        assert pagination["estimated"] is True and pagination["total"] >= 4
+    else:
+        assert pagination["total"] == 5 and "estimated" not in pagination

@@ -41,7 +41,7 @@ PERIODS = {"1m": 60, "5m": 300, "1h": 3600, "1d": 86400}
 
 
 #: Query parameters the list endpoints read besides the filter's own.
-LIST_PARAMS = ("page", "per_page", "sort", "order")
+LIST_PARAMS = ("page", "per_page", "sort", "order", "cursor")
 
 
 class AdminView(OJSView):
@@ -89,11 +89,34 @@ def _page(params: Any) -> tuple[int, int]:
     return number("page", 1, 10**9), number("per_page", PER_PAGE, MAX_PER_PAGE)
 
 
-def _paginate(items: Any, params: Any) -> tuple[list[Any], dict[str, int]]:
+def _paginate(items: Any, params: Any, *, keyset: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    """One page of ``items``: ``page``/``per_page`` (OFFSET), or ``cursor`` for job lists.
+
+    ``total`` is exact up to ``jobquery.EXACT_COUNT_LIMIT`` rows and PostgreSQL's estimate
+    above (then ``"estimated": true``): a list never counts a million rows.
+    """
     page, per_page = _page(params)
-    total = items.count() if hasattr(items, "count") and not isinstance(items, list) else len(items)
+    if isinstance(items, list):
+        total, estimated = len(items), False
+    else:
+        total, estimated = jobquery.count(items)
+    meta: dict[str, Any] = {"total": total, "page": page, "per_page": per_page}
+    if estimated:
+        meta["estimated"] = True
+    if keyset and "cursor" in params:
+        # Keyset pagination (newest first), for deep pages: no OFFSET to read through.
+        if any(params.get(name) for name in ("page", "sort", "order")):
+            raise InvalidRequest(
+                "cursor cannot be combined with page, sort or order", details={"field": "cursor"}
+            )
+        chunk = list(jobquery.after_cursor(items, params.get("cursor"))[: per_page + 1])
+        more = len(chunk) > per_page
+        chunk = chunk[:per_page]
+        del meta["page"]
+        meta["next_cursor"] = str(chunk[-1].id) if more else None
+        return chunk, meta
     chunk = list(items[(page - 1) * per_page : page * per_page])
-    return chunk, {"total": total, "page": page, "per_page": per_page}
+    return chunk, meta
 
 
 def _summary(job: Job) -> dict[str, Any]:
@@ -345,7 +368,7 @@ class JobsView(AdminView):
         params = request.query_params
         jobs = jobquery.JobFilter.parse(params, extra=LIST_PARAMS).apply(self.jobs(request))
         jobs = jobquery.order(jobs, params)
-        items, page = _paginate(jobs, params)
+        items, page = _paginate(jobs, params, keyset=True)
         return Response({"items": [_summary(j) for j in items], "pagination": page})
 
 
@@ -512,7 +535,7 @@ class DeadLetterView(AdminView):
             self.jobs(request).dead_letter()
         )
         jobs = jobquery.order(jobs, params)
-        items, page = _paginate(jobs, params)
+        items, page = _paginate(jobs, params, keyset=True)
         return Response({"items": [_summary(j) for j in items], "pagination": page})
 
     def delete(self, request: Any) -> Response:
