@@ -139,8 +139,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     setup()
-    from django.core.management import call_command
     from django.contrib.auth import get_user_model
+    from django.core.management import call_command
     from django.test import Client
     from django.urls import reverse
 
