@@ -74,14 +74,24 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
                 break
         setattr(result, name, total)
     if prune:
-        with lifecycle.lead(LOCK_NAME, using=using) as leader:
-            if leader:
-                result.pruned = prune_expired(using=using)
+        result.pruned = prune_expired(using=using)
     return result
 
 
+#: Rows of each kind deleted per prune transaction.
+PRUNE_BATCH = 5_000
+#: Prune transactions per pass at most: the rest waits for the next pass, so a backlog
+#: of millions never holds up promotions and rescues for long.
+PRUNE_BATCHES_PER_PASS = 20
+
+
 def prune_expired(*, using: str | None = None) -> dict[str, int]:
-    """Delete what is older than ``OJS_RETENTION`` allows."""
+    """Delete what is older than ``OJS_RETENTION`` allows, in short transactions.
+
+    Each transaction deletes at most ``PRUNE_BATCH`` rows of each kind, under the
+    reaper's leader lock (one pruner at a time), and commits: no long transaction holds
+    back vacuum or, on SQLite, the write lock that claims and pushes need.
+    """
     now = timezone.now()
     retention = settings.RETENTION
 
@@ -89,16 +99,28 @@ def prune_expired(*, using: str | None = None) -> dict[str, int]:
         seconds = retention.get(key)
         return None if seconds is None else now - timedelta(seconds=seconds)
 
-    out = lifecycle.prune(
-        completed_before=before("completed"),
-        cancelled_before=before("cancelled"),
-        discarded_before=before("discarded"),
-        dead_letter_before=before("dead_letter"),
-        events_before=before("events"),
-        workflows_before=before("workflows"),
-        using=using,
-    )
-    out["results"] = lifecycle.prune_results(now, using=using)
+    out: dict[str, int] = {}
+    for _ in range(PRUNE_BATCHES_PER_PASS):
+        with lifecycle.lead(LOCK_NAME, using=using) as leader:
+            if not leader:
+                break
+            batch = lifecycle.prune(
+                completed_before=before("completed"),
+                cancelled_before=before("cancelled"),
+                discarded_before=before("discarded"),
+                dead_letter_before=before("dead_letter"),
+                events_before=before("events"),
+                workflows_before=before("workflows"),
+                limit=PRUNE_BATCH,
+                using=using,
+            )
+        for kind, n in batch.items():
+            out[kind] = out.get(kind, 0) + n
+        if all(n < PRUNE_BATCH for kind, n in batch.items() if kind != "workflows"):
+            break
+    with lifecycle.lead(LOCK_NAME, using=using) as leader:
+        if leader:
+            out["results"] = lifecycle.prune_results(now, using=using)
     return out
 
 

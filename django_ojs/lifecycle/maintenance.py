@@ -263,9 +263,14 @@ def prune(
     cancelled_before: datetime | None = None,
     events_before: datetime | None = None,
     workflows_before: datetime | None = None,
+    limit: int | None = None,
     using: str | None = None,
 ) -> dict[str, int]:
     """Delete finished jobs, workflows and events older than the given times (retention).
+
+    ``limit`` caps the rows deleted per kind (completed, discarded, ... events), oldest
+    ids first, so one call is a short transaction; call it again until every count is
+    below ``limit`` (the reaper does, one call per transaction: ``reaper.prune_expired``).
 
     Plain discards and dead-lettered jobs (``dead_letter=True``) have separate cut-offs:
     the dead letter queue is kept longer (DLQ §8, digest §8.22). ``None`` keeps all.
@@ -291,26 +296,34 @@ def prune(
             keeps_result = ExpressionWrapper(
                 F("completed_at") + F("result_ttl"), output_field=DateTimeField()
             )
-            out["completed"], _ = (
+            out["completed"] = _delete(
                 jobs.filter(state=JobState.COMPLETED, completed_at__lt=completed_before)
                 .annotate(keeps_result=keeps_result)
-                .filter(Q(result_ttl__isnull=True) | Q(keeps_result__lt=timezone.now()))
-                .delete()
+                .filter(Q(result_ttl__isnull=True) | Q(keeps_result__lt=timezone.now())),
+                limit,
             )
         if discarded_before is not None:
-            out["discarded"], _ = jobs.filter(
-                state=JobState.DISCARDED, dead_letter=False, discarded_at__lt=discarded_before
-            ).delete()
+            out["discarded"] = _delete(
+                jobs.filter(
+                    state=JobState.DISCARDED, dead_letter=False, discarded_at__lt=discarded_before
+                ),
+                limit,
+            )
         if dead_letter_before is not None:
-            out["dead_letter"], _ = jobs.filter(
-                state=JobState.DISCARDED, dead_letter=True, discarded_at__lt=dead_letter_before
-            ).delete()
+            out["dead_letter"] = _delete(
+                jobs.filter(
+                    state=JobState.DISCARDED, dead_letter=True, discarded_at__lt=dead_letter_before
+                ),
+                limit,
+            )
         if cancelled_before is not None:
-            out["cancelled"], _ = jobs.filter(
-                state=JobState.CANCELLED, cancelled_at__lt=cancelled_before
-            ).delete()
+            out["cancelled"] = _delete(
+                jobs.filter(state=JobState.CANCELLED, cancelled_at__lt=cancelled_before), limit
+            )
         if events_before is not None:
-            out["events"], _ = Event.objects.using(using).filter(time__lt=events_before).delete()
+            out["events"] = _delete(
+                Event.objects.using(using).filter(time__lt=events_before), limit
+            )
         roots = Workflow.objects.using(using).filter(root__isnull=True)
         done = Q(pk__in=[])
         if workflows_before is not None:
@@ -332,6 +345,16 @@ def prune(
 
 #: Outermost workflows deleted per prune pass (each with all its rows).
 PRUNE_WORKFLOWS = 200
+
+
+def _delete(rows: QuerySet[Any], limit: int | None) -> int:
+    """Delete ``rows``, at most ``limit`` of them (lowest primary keys first)."""
+    if limit is None:
+        return int(rows.delete()[0])
+    ids = list(rows.order_by("pk").values_list("pk", flat=True)[:limit])
+    if not ids:
+        return 0
+    return int(rows.model._default_manager.using(rows.db).filter(pk__in=ids).delete()[0])
 
 
 def purge_all(*, using: str | None = None) -> dict[str, int]:

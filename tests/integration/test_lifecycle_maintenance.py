@@ -222,3 +222,44 @@ def test_reaper_pass__moves_everything_due_and_reports_it(settings):
         "results",
     }
     assert not Job.objects.filter(state="active").exists()
+
+
+def test_prune__limit_deletes_at_most_that_many_of_each_kind_oldest_first():
+    old = timezone.now() - timedelta(days=400)
+    done = sorted((JobFactory(completed=True, completed_at=old) for _ in range(5)),
+                  key=lambda j: j.pk)  # fmt: skip
+    for _ in range(3):
+        Event.objects.create(type="job.enqueued", source="s", time=old)
+    cut = timezone.now() - timedelta(days=1)
+
+    first = lifecycle.prune(completed_before=cut, events_before=cut, limit=2)
+
+    assert (first["completed"], first["events"]) == (2, 2)
+    assert list(Job.objects.order_by("pk").values_list("pk", flat=True)) == [j.pk for j in done[2:]]
+    rest = lifecycle.prune(completed_before=cut, events_before=cut, limit=10)
+    assert (rest["completed"], rest["events"]) == (3, 1)
+
+
+def test_reaper__prunes_a_backlog_in_batches_of_short_transactions(settings, monkeypatch):
+    from django_ojs import reaper
+
+    monkeypatch.setattr(reaper, "PRUNE_BATCH", 2)
+    settings.OJS_RETENTION = {"completed": 3600}
+    old = timezone.now() - timedelta(days=2)
+    for _ in range(5):
+        JobFactory(completed=True, completed_at=old)
+    kept = JobFactory(completed=True)
+    transactions = []
+    real = lifecycle.prune
+
+    def counting(**kwargs):
+        transactions.append(kwargs["limit"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(lifecycle, "prune", counting)
+
+    out = reaper.prune_expired()
+
+    assert out["completed"] == 5
+    assert transactions == [2, 2, 2]  # 2 + 2 + 1: the third found fewer than a batch
+    assert list(Job.objects.values_list("pk", flat=True)) == [kept.pk]
