@@ -59,20 +59,37 @@ class Outcome:
 
     def message(self, past: str) -> str:
         """``3 retried; 1 skipped: already completed (0190c2f1…)``."""
-        parts = [f"{self.done} {past}"]
-        for reason, labels in self.skipped.items():
-            named = ", ".join(labels[:NAMED_SKIPS_LIMIT])
-            more = len(labels) - NAMED_SKIPS_LIMIT
-            if more > 0:
-                named += f" and {more} more"
-            parts.append(f"{len(labels)} skipped: {reason} ({named})")
-        return "; ".join(parts)
+        return summary(
+            self.done,
+            past,
+            {reason: (len(labels), labels) for reason, labels in self.skipped.items()},
+        )
 
     @property
     def level(self) -> int:
-        if not self.skipped:
-            return messages.SUCCESS
-        return messages.WARNING if self.done else messages.ERROR
+        return level(self.done, bool(self.skipped))
+
+
+def summary(done: int, past: str, skipped: dict[str, tuple[int, Sequence[str]]]) -> str:
+    """``3 retried; 1 skipped: already completed (0190c2f1…)`` from ``reason → (n, labels)``.
+
+    At most ``NAMED_SKIPS_LIMIT`` labels are named per reason; the rest are counted.
+    """
+    parts = [f"{done} {past}"]
+    for reason, (count, labels) in skipped.items():
+        named = ", ".join(labels[:NAMED_SKIPS_LIMIT])
+        more = count - min(len(labels), NAMED_SKIPS_LIMIT)
+        if more > 0:
+            named += f" and {more} more"
+        parts.append(f"{count} skipped: {reason} ({named})")
+    return "; ".join(parts)
+
+
+def level(done: int, skipped: bool) -> int:
+    """Green when nothing was skipped, yellow when some were, red when nothing was done."""
+    if not skipped:
+        return messages.SUCCESS
+    return messages.WARNING if done else messages.ERROR
 
 
 #: Why an object selected on the page is not acted on when it left the list meanwhile.
@@ -211,18 +228,15 @@ class AcrossRun:
             self.skipped[reason] = [count + len(labels), (named + labels)[:NAMED_SKIPS_LIMIT]]
 
     def message(self, past: str) -> str:
-        parts = [f"{self.done} {past}"]
-        for reason, (count, named) in self.skipped.items():
-            more = count - len(named)
-            listed = ", ".join(named) + (f" and {more} more" if more > 0 else "")
-            parts.append(f"{count} skipped: {reason} ({listed})")
-        return "; ".join(parts)
+        return summary(
+            self.done,
+            past,
+            {reason: (count, named) for reason, (count, named) in self.skipped.items()},
+        )
 
     @property
     def level(self) -> int:
-        if not self.skipped:
-            return messages.SUCCESS
-        return messages.WARNING if self.done else messages.ERROR
+        return level(self.done, bool(self.skipped))
 
     def dump(self) -> str:
         return json.dumps(

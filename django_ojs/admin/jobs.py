@@ -165,6 +165,18 @@ ACTIONS: dict[str, JobAction] = {
 }
 
 
+def confirm_rows(action: JobAction, rows: list[tuple[Any, ...]]) -> list[bulk.ConfirmRow]:
+    """A confirmation page's lines for ``(pk, type, queue, state)`` rows, with the skips."""
+    return [
+        bulk.ConfirmRow(
+            str(pk),
+            (pk, type_, queue, display.state_badge(state)),
+            "" if state in action.applies_to else f"will be skipped: {bulk.state_reason(state)}",
+        )
+        for pk, type_, queue, state in rows
+    ]
+
+
 class QueueFilter(admin.SimpleListFilter):
     """By queue: the menu lists the registered queues (a small table), never
     ``SELECT DISTINCT queue`` over every job."""
@@ -480,16 +492,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
                 title=action.title,
                 question=action.question,
                 headers=("job", "type", "queue", "state"),
-                rows=[
-                    bulk.ConfirmRow(
-                        str(pk),
-                        (pk, type_, queue, display.state_badge(state)),
-                        ""
-                        if state in action.applies_to
-                        else f"will be skipped: {bulk.state_reason(state)}",
-                    )
-                    for pk, type_, queue, state in rows
-                ],
+                rows=confirm_rows(action, rows),
                 submit_label=f"Yes, {action.button.lower()} {len(rows)} "
                 + ("job" if len(rows) == 1 else "jobs"),
                 danger=action.danger,
@@ -528,16 +531,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
                 question=f"{action.question} This applies to all {about}{total:,} {noun} "
                 "matching the current filter, in batches, with the progress shown.",
                 headers=("job", "type", "queue", "state"),
-                rows=[
-                    bulk.ConfirmRow(
-                        str(pk),
-                        (pk, type_, queue, display.state_badge(state)),
-                        ""
-                        if state in action.applies_to
-                        else f"will be skipped: {bulk.state_reason(state)}",
-                    )
-                    for pk, type_, queue, state in sample
-                ],
+                rows=confirm_rows(action, sample),
                 total=total,
                 submit_label=f"Yes, {action.button.lower()} all {about}{total:,} matching {noun}",
                 danger=action.danger,
