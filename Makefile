@@ -155,7 +155,7 @@ bench-peers: ## Side by side with pgqueuer (and Chancy) on a throwaway PostgreSQ
 
 bench-http: $(VENV)/.installed ## The HTTP binding under gunicorn: enqueue, fetch + ack and round trips per second (by hand)
 	$(PY) -m pip install --quiet --group bench
-	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench_http $(PY) bench/http.py
+	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench_http $(PY) bench/http_api.py
 
 bench-worker: $(VENV)/.installed ## Worker drain throughput and pickup latency on PostgreSQL (see docs/explanation/performance-worker.md)
 	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench_worker $(PY) bench/drain.py --concurrency 500

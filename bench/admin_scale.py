@@ -26,6 +26,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ojs_bench_admin")
 os.environ.setdefault("OJS_API_AUTH", "none")
 
+from bench.enqueue import setup  # after the environment above
+
 #: Column → SQL expression of ``g`` (1..N) for the generated jobs; other columns copy a
 #: template job's value.
 JOB_COLUMNS = {
@@ -45,21 +47,6 @@ JOB_COLUMNS = {
     "attempt": "1",
     "worker_id": "'worker-' || (g % 20)",
 }  # fmt: skip
-
-
-def setup() -> None:
-    import django
-    import psycopg
-
-    url = os.environ["DATABASE_URL"]
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def fill(jobs: int, events: int) -> None:

@@ -2,7 +2,7 @@
 
     make bench-http
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/ojs_bench_http \
-        python bench/http.py --workers 2 --clients 16 --seconds 10
+        python bench/http_api.py --workers 2 --clients 16 --seconds 10
 
 Starts ``gunicorn example_project.wsgi`` (``--workers`` processes, default one per core,
 of ``--threads`` threads each, default 4: a thread waiting on PostgreSQL leaves the core
@@ -24,24 +24,19 @@ Figures are reported in docs/explanation/performance.md.
 
 from __future__ import annotations
 
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
-
-# Run as a script, this file's folder comes first on sys.path, and this file's name would
-# shadow the standard library's ``http`` package: take the folder off first.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import argparse  # noqa: E402
-import http.client  # noqa: E402
-import json  # noqa: E402
-import multiprocessing  # noqa: E402
-import os  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # django_ojs and example_project
@@ -54,21 +49,13 @@ ROUND_TRIP_QUEUE = "bench-http-rt"
 
 def setup() -> str:
     """Create and migrate the database, empty the job tables; a new admin API key."""
-    import django
-    import psycopg
+    from bench.enqueue import setup as setup_database
 
-    url = os.environ["DATABASE_URL"]
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    django.setup()
-    from django.core.management import call_command
+    setup_database()
     from django.db import connection
 
     from django_ojs import apikeys
 
-    call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE ojs_job, ojs_event, ojs_worker, ojs_queue, ojs_apikey")
         cursor.execute("VACUUM ANALYZE ojs_job")
