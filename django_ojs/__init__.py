@@ -104,4 +104,6 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'django_ojs' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # resolved once: later lookups are plain module attributes
+    return value

@@ -101,9 +101,19 @@ def effective(
 # ---------------------------------------------------------------- retry
 
 
+_configured: tuple[dict[str, Any], RetryPolicy] | None = None
+
+
 def default_retry_policy(max_attempts: int | None = None) -> RetryPolicy:
     """The configured default policy (``OJS_RETRY_POLICY`` over the OJS defaults)."""
-    policy = RetryPolicy.from_wire(settings.RETRY_POLICY)
+    global _configured
+    raw = settings.RETRY_POLICY
+    cached = _configured  # validated once per distinct setting: every push asks for it
+    if cached is not None and cached[0] == raw:
+        policy = cached[1]
+    else:
+        policy = RetryPolicy.from_wire(raw)
+        _configured = (raw, policy)
     if max_attempts is not None and max_attempts != policy.max_attempts:
         policy = RetryPolicy(**{**policy.__dict__, "max_attempts": max_attempts})
     return policy

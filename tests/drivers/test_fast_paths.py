@@ -105,3 +105,37 @@ def test_ack_and_ack_many_are_one_statement_each(received, django_capture_on_com
     assert len(statements(q)) == 1
     assert len(received) == 4
     assert_signalled_as_stored(received, {"job.completed"})
+
+
+def _prepared_pushes() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ["%INSERT INTO ojs_job%"],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_hot_statements_are_prepared_on_the_server():
+    # Django opens connections with prepare_threshold=None; the driver's own cursors
+    # still get statements parsed and planned once per connection.
+    for i in range(8):
+        django_ojs.enqueue("fast.prepared", [i])
+    assert _prepared_pushes() == 1
+    assert Event.objects.filter(type="job.enqueued").count() == 8
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_explicit_prepare_threshold_of_none_is_respected():
+    # Behind a transaction-mode PgBouncer older than 1.21 preparation must stay off.
+    options = connection.settings_dict.setdefault("OPTIONS", {})
+    connection.close()
+    options["prepare_threshold"] = None
+    try:
+        for i in range(8):
+            django_ojs.enqueue("fast.unprepared", [i])
+        assert connection.connection.prepare_threshold is None
+        assert _prepared_pushes() == 0
+    finally:
+        del options["prepare_threshold"]
+        connection.close()
