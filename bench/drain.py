@@ -11,6 +11,9 @@ every job is ``completed`` (rows are kept, not pruned). Prints jobs/s measured:
   ``completed_at``;
 * draining: from the first ``started_at`` to the last ``completed_at``.
 
+``--retained 1000000`` first fills the tables with a million finished jobs and a million
+events (the "flat at scale" run: the figures must stay within 10 % of the empty tables').
+
 Figures are reported in docs/explanation/performance-worker.md.
 """
 
@@ -28,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ojs_bench_worker")
 
-from bench.enqueue import reset, setup  # noqa: E402
+from bench.enqueue import reset, retain, setup  # noqa: E402
 
 
 def enqueue(n: int) -> None:
@@ -56,7 +59,7 @@ def timings() -> dict[str, float]:
         cursor.execute(
             "SELECT extract(epoch FROM min(started_at)), extract(epoch FROM max(completed_at)),"
             " count(*) FILTER (WHERE state = 'completed'), max(attempt)"
-            " FROM ojs_job"
+            " FROM ojs_job WHERE type = 'test.noop'"
         )
         first_start, last_done, completed, max_attempt = cursor.fetchone()
         cursor.execute(
@@ -72,8 +75,11 @@ def timings() -> dict[str, float]:
     }
 
 
-def run(n: int, workers: int, concurrency: int, extra: list[str]) -> dict[str, float]:
+def run(
+    n: int, workers: int, concurrency: int, extra: list[str], retained: int = 0
+) -> dict[str, float]:
     reset()
+    retain(retained)
     enqueue(n)
     from django.db import connection
 
@@ -110,13 +116,20 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--retained", type=int, default=0,
+        help="finished jobs (and as many events) in the tables first: 1000000 for the scale run",
+    )  # fmt: skip
     parser.add_argument("worker_args", nargs="*", help="extra ojs_worker flags (after --)")
     args = parser.parse_args()
     setup()
-    print(f"{args.workers} workers x concurrency {args.concurrency}, {os.cpu_count()} CPUs")
+    print(
+        f"{args.workers} workers x concurrency {args.concurrency}, {os.cpu_count()} CPUs, "
+        f"{args.retained:,} finished jobs and events retained"
+    )
     for size in [int(s) for s in args.sizes.split(",")]:
         for _ in range(args.repeat):
-            r = run(size, args.workers, args.concurrency, args.worker_args)
+            r = run(size, args.workers, args.concurrency, args.worker_args, args.retained)
             print(
                 f"{size:>7} jobs: {r['from_worker_start']:8.0f} jobs/s from worker start, "
                 f"{r['from_launch']:8.0f} from launch, {r['draining']:8.0f} draining "

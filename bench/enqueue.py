@@ -54,6 +54,45 @@ def reset() -> None:
             model.objects.all().delete()
 
 
+def retain(n: int) -> None:
+    """Fill the tables with ``n`` finished jobs and ``n`` events, as a busy site retains them
+    (PostgreSQL; "flat at scale" runs): completed ``bench.retained`` jobs finished over the
+    last five days (inside the default 7-day retention, so the reaper keeps them), ids
+    that are UUIDv7 of their own time, and one ``job.completed`` event each. Analyzed
+    afterwards, as autovacuum would have done on a live table."""
+    from django.db import connection
+
+    from django_ojs.drivers.postgresql import UUID7_SQL
+
+    if not n:
+        return
+    uuid_at = UUID7_SQL.replace("clock_timestamp()", "t.at")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO ojs_job (id, type, queue, args, meta, priority, state, attempt,
+                max_attempts, tags, extra, errors, dead_letter, awaited, created_at,
+                enqueued_at, started_at, completed_at, worker_id)
+            SELECT {uuid_at}, 'bench.retained', 'default', jsonb_build_array(t.g), '{{}}', 0,
+                'completed', 1, 3, '[]', '{{}}', '[]', false, false, t.at, t.at,
+                t.at + interval '1 ms', t.at + interval '2 ms', 'bench-retained'
+            FROM (SELECT g, now() - interval '5 days' * (g::float8 / %(n)s) AS at
+                  FROM generate_series(1, %(n)s) AS g) AS t
+            """,
+            {"n": n},
+        )
+        cursor.execute(
+            """
+            INSERT INTO ojs_event (id, type, source, subject, time, job_id, queue, data)
+            SELECT gen_random_uuid(), 'job.completed', 'ojs://bench', id::text, completed_at,
+                id, queue, jsonb_build_object('job_id', id::text, 'job_type', type)
+            FROM ojs_job WHERE type = 'bench.retained' ORDER BY completed_at
+            """
+        )
+        cursor.execute("VACUUM ANALYZE ojs_job")
+        cursor.execute("VACUUM ANALYZE ojs_event")
+
+
 def rate(n: int, seconds: float) -> float:
     return n / seconds if seconds else float("inf")
 

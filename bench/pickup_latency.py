@@ -10,6 +10,9 @@ p50/p95/p99/max in ms of two latencies, both stamped by the same machine's clock
   to the claim (``started_at``): how fast an idle worker reacts;
 * end to end: from ``enqueued_at`` (stamped before the INSERT) to the claim; this adds
   the producer's own INSERT and COMMIT (a WAL flush), which depend on the disk.
+
+``--retained 1000000`` first fills the tables with a million finished jobs and a million
+events (the "flat at scale" run).
 Figures are reported in docs/explanation/performance-worker.md.
 """
 
@@ -28,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ojs_bench_worker")
 
-from bench.enqueue import reset, setup  # noqa: E402
+from bench.enqueue import reset, retain, setup  # noqa: E402
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -41,9 +44,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument(
+        "--retained", type=int, default=0,
+        help="finished jobs (and as many events) in the tables first: 1000000 for the scale run",
+    )  # fmt: skip
     args = parser.parse_args()
     setup()
     reset()
+    retain(args.retained)
     from django.utils import timezone
 
     import django_ojs
@@ -80,7 +88,10 @@ def main() -> None:
     rows = Job.objects.filter(id__in=ids).values_list("id", "started_at", "enqueued_at")
     pickup = [(started - committed[pk]).total_seconds() * 1000 for pk, started, _ in rows]
     end_to_end = [(started - enqueued).total_seconds() * 1000 for _, started, enqueued in rows]
-    print(f"{len(ids)} jobs at {args.rate:g}/s into an idle worker:")
+    print(
+        f"{len(ids)} jobs at {args.rate:g}/s into an idle worker "
+        f"({args.retained:,} finished jobs and events retained):"
+    )
     for name, values in (("pickup", pickup), ("end to end", end_to_end)):
         print(
             f"  {name:>10}: p50 {statistics.median(values):6.2f} ms, "

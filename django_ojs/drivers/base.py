@@ -133,6 +133,16 @@ class Written:
     events: list[EventRow] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Look:
+    """What :meth:`Driver.look` saw: jobs of the queues whose time has come (``due``:
+    scheduled or retryable ones to promote first), and available jobs that a limit
+    governs (``limited``: rate-limited jobs, or a queue with queue-level limits)."""
+
+    due: bool
+    limited: bool
+
+
 class Driver(ABC):
     """What every driver implements. One instance per database alias; stateless."""
 
@@ -189,6 +199,15 @@ class Driver(ABC):
     def touch_worker(self, worker_id: str, queues: list[str], now: datetime) -> None:
         """Register worker ``worker_id`` on first contact, else refresh its
         ``last_heartbeat_at`` (worker protocol §3). Runs in the caller's transaction."""
+
+    def look(self, queues: Sequence[str], now: datetime) -> Look:
+        """What a fetch from ``queues`` must do besides the plain claim, read without locks.
+
+        The default answers "maybe" to both, and a fetch then takes its general path in
+        one transaction. A driver that can tell in one cheap statement lets an idle
+        worker's fetch be the claim alone.
+        """
+        return Look(due=True, limited=True)
 
     @abstractmethod
     def limited_candidates(self, queue: str, now: datetime, limit: int) -> list[tuple[Any, ...]]:

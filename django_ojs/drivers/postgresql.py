@@ -21,7 +21,7 @@ from django.db import connections
 from psycopg.types.json import Jsonb
 
 from django_ojs import resilience
-from django_ojs.drivers.base import Completion, EventMode, EventRow, Written
+from django_ojs.drivers.base import Completion, EventMode, EventRow, Look, Written
 from django_ojs.drivers.orm import OrmDriver
 from django_ojs.models import Job, Worker
 from django_ojs.policy import Durations
@@ -260,6 +260,19 @@ WHERE ((state = 'scheduled' AND scheduled_at <= %(now)s)
   AND (%(all)s OR queue = ANY(%(queues)s::text[]))
 LIMIT 1
 """
+# An idle worker's fetch asks both questions of Driver.look in one lock-free statement.
+# A row another transaction is promoting still reads as due (its old version), so the
+# fetch then takes the path that waits for it.
+LOOK_SQL = """
+SELECT EXISTS (SELECT 1 FROM ojs_job WHERE state = 'scheduled' AND scheduled_at <= %(now)s
+                 AND queue = ANY(%(queues)s::text[]))
+    OR EXISTS (SELECT 1 FROM ojs_job WHERE state = 'retryable' AND next_attempt_at <= %(now)s
+                 AND queue = ANY(%(queues)s::text[])),
+       EXISTS (SELECT 1 FROM ojs_job WHERE state = 'available' AND rate_key IS NOT NULL
+                 AND queue = ANY(%(queues)s::text[]))
+    OR EXISTS (SELECT 1 FROM ojs_queue WHERE name = ANY(%(queues)s::text[])
+                 AND limits IS NOT NULL)
+"""
 WORKER_FIELDS = tuple(Worker._meta.concrete_fields)
 TOUCH_WORKER_SQL = f"""
 INSERT INTO ojs_worker ({", ".join(f'"{f.column}"' for f in WORKER_FIELDS)})
@@ -494,6 +507,12 @@ class PostgreSQLDriver(OrmDriver):
         values = [f.get_db_prep_save(getattr(worker, f.attname), connection) for f in WORKER_FIELDS]
         with _cursor(connection) as cursor:
             cursor.execute(TOUCH_WORKER_SQL, values)
+
+    def look(self, queues: Sequence[str], now: datetime) -> Look:
+        with _cursor(connections[self.using]) as cursor:
+            cursor.execute(LOOK_SQL, {"now": now, "queues": list(queues)})
+            due, limited = cursor.fetchone()
+        return Look(due=bool(due), limited=bool(limited))
 
     def limited_candidates(self, queue: str, now: datetime, limit: int) -> list[tuple[Any, ...]]:
         with _cursor(connections[self.using]) as cursor:

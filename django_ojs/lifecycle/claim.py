@@ -7,6 +7,8 @@ of life and emits ``job.started``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -78,30 +80,48 @@ def fetch(
     claimed: list[Job] = []
     written: list[events.EventRow] = []
     mode = events.mode()
+    order = list(dict.fromkeys(queues))  # keep order, drop repeats
+    claim = functools.partial(
+        driver.claim,
+        worker_id=worker_id,
+        now=now,
+        visibility_ms=visibility_ms,
+        defaults=defaults,
+        fields=fields,
+        events=mode,
+        source=settings.EVENT_SOURCE,
+    )
+    if not (worker_id and register):
+        look = driver.look(order, now)
+        if not (look.due or look.limited):
+            # An idle worker's fetch: nothing to promote, no limit to weigh, so the claim
+            # is all there is. One queue's claim is one atomic statement and needs no
+            # transaction of its own (no BEGIN and COMMIT round trips); several queues'
+            # claims commit together.
+            several = len(order) > 1
+            with transaction.atomic(using=using) if several else contextlib.nullcontext():
+                for queue in order:
+                    if len(claimed) >= count:
+                        break
+                    result = claim(queue, count - len(claimed))
+                    claimed.extend(result.jobs)
+                    written.extend(result.events)
+            events.signal(written, using)
+            return claimed
     with transaction.atomic(using=using):
         # Lazy promotion: a retry or scheduled job whose time has come is fetchable now,
         # not only after the reaper's next pass (a backoff is a minimum wait, retry §5).
         # It waits for a promotion the reaper has in flight (the reaper only ever skips
         # locked rows, so it never waits on us): each statement below then sees it.
-        promote_due(now=now, queues=list(queues), wait=True, using=using)
+        promote_due(now=now, queues=order, wait=True, using=using)
         if worker_id and register:
-            driver.touch_worker(worker_id, list(queues), now)
-        for queue in dict.fromkeys(queues):  # keep order, drop repeats
+            driver.touch_worker(worker_id, order, now)
+        for queue in order:
             remaining = count - len(claimed)
             if remaining <= 0:
                 break
             # The driver claims and writes the job.started events in one statement.
-            result = driver.claim(
-                queue,
-                remaining,
-                worker_id=worker_id,
-                now=now,
-                visibility_ms=visibility_ms,
-                defaults=defaults,
-                fields=fields,
-                events=mode,
-                source=settings.EVENT_SOURCE,
-            )
+            result = claim(queue, remaining)
             claimed.extend(result.jobs)
             written.extend(result.events)
             remaining = count - len(claimed)
@@ -109,11 +129,7 @@ def fetch(
                 # Rate-limited jobs (rate-limiting §8.1): those whose key allows a start.
                 ids = _limited(queue, remaining, now, using)
                 if ids:
-                    result = driver.claim(
-                        queue, len(ids), worker_id=worker_id, now=now,
-                        visibility_ms=visibility_ms, defaults=defaults, fields=fields,
-                        events=mode, source=settings.EVENT_SOURCE, ids=ids,
-                    )  # fmt: skip
+                    result = claim(queue, len(ids), ids=ids)
                     claimed.extend(result.jobs)
                     written.extend(result.events)
         events.signal(written, using)

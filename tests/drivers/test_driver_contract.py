@@ -216,6 +216,38 @@ def test_promote_due__moves_due_scheduled_and_retryable_jobs_only(driver):
     assert Job.objects.get(pk=due_retry.pk).next_attempt_at is None
 
 
+def test_look__never_misses_due_or_limited_jobs_and_is_exact_when_it_can_tell(driver):
+    # The contract: "maybe" (True) is always allowed, a false "no" never is. A driver
+    # that overrides look must also say no when there is nothing to do.
+    exact = type(driver).look is not Driver.look
+    past = timezone.now() - timedelta(seconds=5)
+
+    def look():
+        return driver.look(["default", "second"], timezone.now())
+
+    JobFactory()  # a plain available job: the claim's business, not the look's
+    JobFactory(scheduled=True)  # not due yet
+    JobFactory(state="scheduled", scheduled_at=past, queue="elsewhere")
+    JobFactory(state="available", queue="elsewhere", rate_key="k", rate_limit={"key": "k"})
+    if exact:
+        assert (look().due, look().limited) == (False, False)
+    due = JobFactory(state="scheduled", scheduled_at=past, queue="second")
+    assert look().due
+    due.delete()
+    retry = JobFactory(state="retryable", next_attempt_at=past, attempt=1)
+    assert look().due
+    retry.delete()
+    if exact:
+        assert not look().due
+    limited = JobFactory(state="available", rate_key="k", rate_limit={"key": "k"})
+    assert look().limited
+    limited.delete()
+    if exact:
+        assert not look().limited
+    Queue.objects.update_or_create(name="second", defaults={"limits": {"concurrency": 1}})
+    assert look().limited
+
+
 def test_promote_due__respects_the_limit(driver):
     past = timezone.now() - timedelta(seconds=5)
     JobFactory.create_batch(5, state="scheduled", scheduled_at=past)

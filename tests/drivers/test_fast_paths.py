@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 import django_ojs
 from django_ojs import lifecycle, signals
-from django_ojs.models import Event
+from django_ojs.models import Event, Job
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
 
@@ -82,29 +82,55 @@ def test_fetch_claims_in_one_statement(received, django_capture_on_commit_callba
 
 
 def test_a_fetch_that_leaves_room_looks_for_limited_jobs_once():
-    # An idle worker's poll: the claim, then one look for rate-limited jobs (none here).
+    # A fetch that registers its worker (HTTP): the claim, then one look for
+    # rate-limited jobs (none here), in one transaction.
     with CaptureQueriesContext(connection) as q:
         assert lifecycle.fetch(["default"], 5, worker_id="w-fast") == []
     sql = statements(q)
     assert len(sql) == 4, sql  # lazy promotion, worker upsert, claim, limited jobs
 
 
-def test_ack_and_ack_many_are_one_statement_each(received, django_capture_on_commit_callbacks):
-    django_ojs.enqueue_many([{"type": "fast.ack", "args": [i]} for i in range(4)])
-    jobs = lifecycle.fetch(["default"], 4, worker_id="w-fast")
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_workers_fetch_is_one_look_and_one_claim_without_a_transaction(received):
+    # The in-process worker (register=False) with nothing due and no limits: no BEGIN,
+    # no COMMIT, no promotion pass, no limited look; the claim commits by itself.
+    django_ojs.enqueue("fast.idle", [1])
     received.clear()
-    with django_capture_on_commit_callbacks(execute=True), CaptureQueriesContext(connection) as q:
-        lifecycle.ack(jobs[0].id, {"n": 0}, worker_id="w-fast")
-    assert len(statements(q)) == 1
-    with django_capture_on_commit_callbacks(execute=True), CaptureQueriesContext(connection) as q:
-        done = lifecycle.ack_many(
-            [(job.id, job.attempt, {"n": i}) for i, job in enumerate(jobs[1:])],
-            worker_id="w-fast",
-        )
-    assert len(done) == 3
-    assert len(statements(q)) == 1
-    assert len(received) == 4
-    assert_signalled_as_stored(received, {"job.completed"})
+    with CaptureQueriesContext(connection) as q:
+        jobs = lifecycle.fetch(["default"], 5, worker_id="w-idle", register=False)
+    assert [j.type for j in jobs] == ["fast.idle"]
+    sql = statements(q)
+    assert len(sql) == 2, sql
+    assert sql[0].lstrip().startswith("SELECT EXISTS") and "SKIP LOCKED" in sql[1]
+    assert not connection.in_atomic_block
+    assert Job.objects.get(pk=jobs[0].pk).state == "active"
+    assert_signalled_as_stored(received, {"job.started"})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_fetch_from_several_queues_commits_its_claims_together():
+    django_ojs.enqueue("fast.a", [1], queue="a")
+    django_ojs.enqueue("fast.b", [1], queue="b")
+    with CaptureQueriesContext(connection) as q:
+        jobs = lifecycle.fetch(["b", "a"], 5, worker_id="w-idle", register=False)
+    assert [j.type for j in jobs] == ["fast.b", "fast.a"]
+    sql = [s for s in statements(q) if s not in ("BEGIN", "COMMIT")]
+    assert len(sql) == 3, sql  # the look, one claim per queue
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_due_retry_sends_an_idle_fetch_down_the_promoting_path():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    django_ojs.enqueue("fast.retry", [1], priority=5)
+    Job.objects.update(
+        state="retryable", attempt=1, next_attempt_at=timezone.now() - timedelta(seconds=1)
+    )
+    django_ojs.enqueue("fast.plain", [1])
+    jobs = lifecycle.fetch(["default"], 1, worker_id="w-idle", register=False)
+    assert [j.type for j in jobs] == ["fast.retry"]  # promoted first, then by priority
 
 
 def _prepared_pushes() -> int:
