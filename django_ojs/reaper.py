@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import close_old_connections
 from django.utils import timezone
 
 from django_ojs import lifecycle, resilience
@@ -140,7 +139,7 @@ def run(
     _sync_cron(using, stop, outage)
     logger.info("reaper started (every %.2fs, prune every %.0fs)", interval, prune_interval)
     while not stop.is_set():
-        close_old_connections()
+        resilience.drop_broken_connection(lifecycle.database(using))
         do_prune = time.monotonic() >= next_prune
         try:
             result = run_once(prune=do_prune, using=using)

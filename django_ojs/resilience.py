@@ -151,6 +151,23 @@ class Outage:
             self.backoff.reset()
 
 
+def drop_broken_connection(using: str | None) -> None:
+    """Between two units of work of a long-lived worker thread (the outcome writer, the
+    reaper): close this thread's connection to ``using`` if it is broken or past a
+    non-zero ``CONN_MAX_AGE``, else keep it.
+
+    Django's ``close_old_connections`` also closes every connection when
+    ``CONN_MAX_AGE`` is 0 (its default): right for requests, but in a worker it meant a new
+    connection, about 2 ms of work for both sides, before every batch written.
+    """
+    connection = connections[using or "default"]
+    if connection.connection is None:
+        return
+    if not connection.settings_dict.get("CONN_MAX_AGE"):
+        connection.close_at = None  # 0: kept for the thread's life; None already is
+    connection.close_if_unusable_or_obsolete()
+
+
 def close_connection(using: str) -> None:
     """Drop this thread's Django connection to ``using``; the next query opens a new one."""
     # Closing a connection the server already ended can fail; it is closed anyway.

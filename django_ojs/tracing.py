@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import random
 import re
-import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,11 +49,18 @@ class TraceContext:
 
     @classmethod
     def new(cls) -> TraceContext:
-        return cls(secrets.token_hex(16), new_span_id())
+        return cls(_random_hex(128), new_span_id())
 
 
 def new_span_id() -> str:
-    return secrets.token_hex(8)
+    return _random_hex(64)
+
+
+def _random_hex(bits: int) -> str:
+    # Random, not secret (W3C Trace Context §3.2.2.3; OpenTelemetry's own id generator
+    # draws them the same way): os.urandom would be a system call for every job a
+    # worker runs. All zeros is the one invalid value.
+    return f"{random.getrandbits(bits) or 1:0{bits // 4}x}"
 
 
 def parse(traceparent: Any, tracestate: Any = None) -> TraceContext | None:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from django_ojs import failure, lifecycle, resilience
 from django_ojs.worker.messages import Outcome
@@ -179,5 +179,5 @@ class Completer:
         self, write: Callable[[list[_Item]], list[Any]], items: list[_Item], stopping: bool
     ) -> list[Any]:
         """``write(items)``, tried again while the database cannot be reached."""
-        close_old_connections()
+        resilience.drop_broken_connection(self.using)
         return self._retrying(lambda: write(items), stopping)
