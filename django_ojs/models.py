@@ -188,8 +188,15 @@ class Job(models.Model):
 
     # Workflows (OJS workflows §7): the owning workflow, the step (chain) or member (group,
     # batch) index, and the upstream results the handler sees as ``parent_results``.
+    #: Indexed only where set (``ojs_job_workflow_idx``): most jobs belong to no workflow,
+    #: and a full index would take an entry at every push, claim and completion.
     workflow = models.ForeignKey(
-        Workflow, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+        Workflow,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="jobs",
+        db_index=False,
     )
     workflow_step = models.IntegerField(null=True, blank=True)
     parent_results = models.JSONField(null=True, blank=True)
@@ -269,7 +276,19 @@ class Job(models.Model):
                 condition=Q(unique_key__isnull=False),
             ),
             models.Index(fields=["type"], name="ojs_job_type_idx"),
-            models.Index(fields=["state", "completed_at"], name="ojs_job_finished_idx"),
+            # Completed jobs by completion time (retention, result expiry, the dashboard's
+            # wait and run times). Partial, like every index a job's transitions touch:
+            # an available or active job takes no entry in it.
+            models.Index(
+                fields=["completed_at"],
+                name="ojs_job_completed_idx",
+                condition=Q(state="completed"),
+            ),
+            models.Index(
+                fields=["workflow"],
+                name="ojs_job_workflow_idx",
+                condition=Q(workflow__isnull=False),
+            ),
             # The dead letter list, newest first (admin, /dead-letter): not a sort of them all.
             models.Index(
                 fields=["-discarded_at"],

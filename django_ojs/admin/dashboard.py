@@ -137,8 +137,9 @@ class Timings:
 def timings(since: datetime) -> Timings:
     """Percentiles over the jobs completed since ``since``, in milliseconds, busiest first.
 
-    Reads at most the newest ``TIMING_SAMPLE`` of them through the ``(state, completed_at)``
-    index, so the page costs the same at any volume; the page says when it sampled.
+    Reads at most the newest ``TIMING_SAMPLE`` of them through the index of completed jobs
+    by ``completed_at``, so the page costs the same at any volume; the page says when it
+    sampled.
     """
     rows = list(
         Job.objects.filter(state=JobState.COMPLETED, completed_at__gte=since)
