@@ -209,6 +209,35 @@ class Driver(ABC):
         """
         return Look(due=True, limited=True)
 
+    def claim_if_clear(
+        self,
+        queue: str,
+        limit: int,
+        *,
+        worker_id: str | None,
+        now: datetime,
+        visibility_ms: int | None,
+        defaults: Durations,
+        fields: Sequence[str] | None,
+        events: EventMode,
+        source: str,
+    ) -> Written | None:
+        """:meth:`claim` from ``queue``, but only when nothing of it is due or limited.
+
+        ``None`` (and nothing claimed) when :meth:`look` says ``queue`` has due jobs to
+        promote or limited jobs to weigh, or may have: the caller then takes its general
+        path. Otherwise the plain claim's result, possibly empty. The default looks, then
+        claims; a driver that can put the look in the claim statement makes an idle
+        worker's fetch one round trip.
+        """
+        look = self.look([queue], now)
+        if look.due or look.limited:
+            return None
+        return self.claim(
+            queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
+            defaults=defaults, fields=fields, events=events, source=source,
+        )  # fmt: skip
+
     @abstractmethod
     def limited_candidates(self, queue: str, now: datetime, limit: int) -> list[tuple[Any, ...]]:
         """``(id, rate_key, rate_limit)`` of up to ``limit`` available, unexpired jobs of

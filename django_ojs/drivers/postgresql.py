@@ -263,16 +263,18 @@ LIMIT 1
 # An idle worker's fetch asks both questions of Driver.look in one lock-free statement.
 # A row another transaction is promoting still reads as due (its old version), so the
 # fetch then takes the path that waits for it.
-LOOK_SQL = """
-SELECT EXISTS (SELECT 1 FROM ojs_job WHERE state = 'scheduled' AND scheduled_at <= %(now)s
+_DUE_SQL = """EXISTS (SELECT 1 FROM ojs_job WHERE state = 'scheduled' AND scheduled_at <= %(now)s
                  AND queue = ANY(%(queues)s::text[]))
     OR EXISTS (SELECT 1 FROM ojs_job WHERE state = 'retryable' AND next_attempt_at <= %(now)s
-                 AND queue = ANY(%(queues)s::text[])),
-       EXISTS (SELECT 1 FROM ojs_job WHERE state = 'available' AND rate_key IS NOT NULL
+                 AND queue = ANY(%(queues)s::text[]))"""
+_LIMITED_SQL = """EXISTS (SELECT 1 FROM ojs_job WHERE state = 'available' AND rate_key IS NOT NULL
                  AND queue = ANY(%(queues)s::text[]))
     OR EXISTS (SELECT 1 FROM ojs_queue WHERE name = ANY(%(queues)s::text[])
-                 AND limits IS NOT NULL)
-"""
+                 AND limits IS NOT NULL)"""
+LOOK_SQL = f"SELECT {_DUE_SQL},\n       {_LIMITED_SQL}\n"
+# The claim of claim_if_clear: the same look, as a condition the claim checks once
+# (an uncorrelated subquery: PostgreSQL evaluates it one time, before any row).
+_CLEAR_SQL = f"NOT ({_DUE_SQL}\n    OR {_LIMITED_SQL})"
 WORKER_FIELDS = tuple(Worker._meta.concrete_fields)
 TOUCH_WORKER_SQL = f"""
 INSERT INTO ojs_worker ({", ".join(f'"{f.column}"' for f in WORKER_FIELDS)})
@@ -387,8 +389,55 @@ class PostgreSQLDriver(OrmDriver):
         source: str,
         ids: Sequence[Any] | None = None,
     ) -> Written:
+        return self._claim(
+            queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
+            defaults=defaults, fields=fields, events=events, source=source, ids=ids,
+        )  # fmt: skip
+
+    def claim_if_clear(
+        self,
+        queue: str,
+        limit: int,
+        *,
+        worker_id: str | None,
+        now: datetime,
+        visibility_ms: int | None,
+        defaults: Durations,
+        fields: Sequence[str] | None,
+        events: EventMode,
+        source: str,
+    ) -> Written | None:
+        # One statement: the claim, on the condition that nothing is due or limited. Only
+        # an empty result needs the look, to tell an empty queue from a held one. (A job
+        # promoted between the two reads as clear and this fetch returns nothing: the
+        # promotion wakes the workers, and the next fetch claims it.)
+        written = self._claim(
+            queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
+            defaults=defaults, fields=fields, events=events, source=source, clear=True,
+        )  # fmt: skip
+        if written.jobs:
+            return written
+        look = self.look([queue], now)
+        return None if look.due or look.limited else written
+
+    def _claim(
+        self,
+        queue: str,
+        limit: int,
+        *,
+        worker_id: str | None,
+        now: datetime,
+        visibility_ms: int | None,
+        defaults: Durations,
+        fields: Sequence[str] | None,
+        events: EventMode,
+        source: str,
+        ids: Sequence[Any] | None = None,
+        clear: bool = False,
+    ) -> Written:
         params = {
             "ids": list(ids) if ids is not None else None,
+            "queues": [queue],
             "queue": queue,
             "limit": limit,
             "now": now,
@@ -403,6 +452,8 @@ class PostgreSQLDriver(OrmDriver):
         model_fields = _model_fields(fields)
         # Without ids: jobs free of limits, in queues free of limits; with ids: those jobs.
         which = "rate_key IS NULL" if ids is None else "id = ANY(%(ids)s)"
+        if clear:
+            which += f" AND {_CLEAR_SQL}"
         gate = "(q.paused OR q.limits IS NOT NULL)" if ids is None else "q.paused"
         sql = _statement(
             CLAIM_SQL, _events_cte("ev", CLAIM_EVENTS, events), model_fields, events,

@@ -7,7 +7,6 @@ of life and emits ``job.started``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -92,22 +91,30 @@ def fetch(
         source=settings.EVENT_SOURCE,
     )
     if not (worker_id and register):
-        look = driver.look(order, now)
-        if not (look.due or look.limited):
-            # An idle worker's fetch: nothing to promote, no limit to weigh, so the claim
-            # is all there is. One queue's claim is one atomic statement and needs no
-            # transaction of its own (no BEGIN and COMMIT round trips); several queues'
-            # claims commit together.
-            several = len(order) > 1
-            with transaction.atomic(using=using) if several else contextlib.nullcontext():
-                for queue in order:
-                    if len(claimed) >= count:
-                        break
-                    result = claim(queue, count - len(claimed))
-                    claimed.extend(result.jobs)
-                    written.extend(result.events)
-            events.signal(written, using)
-            return claimed
+        # An idle worker's fetch: with nothing to promote and no limit to weigh, the claim
+        # is all there is. One queue's claim is one atomic statement that checks this
+        # itself, and needs no transaction of its own (no BEGIN and COMMIT round trips);
+        # several queues are looked at once, and their claims commit together.
+        if len(order) == 1:
+            only = driver.claim_if_clear(
+                order[0], count, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
+                defaults=defaults, fields=fields, events=mode, source=settings.EVENT_SOURCE,
+            )  # fmt: skip
+            if only is not None:
+                events.signal(only.events, using)
+                return only.jobs
+        else:
+            look = driver.look(order, now)
+            if not (look.due or look.limited):
+                with transaction.atomic(using=using):
+                    for queue in order:
+                        if len(claimed) >= count:
+                            break
+                        result = claim(queue, count - len(claimed))
+                        claimed.extend(result.jobs)
+                        written.extend(result.events)
+                events.signal(written, using)
+                return claimed
     with transaction.atomic(using=using):
         # Lazy promotion: a retry or scheduled job whose time has come is fetchable now,
         # not only after the reaper's next pass (a backoff is a minimum wait, retry §5).

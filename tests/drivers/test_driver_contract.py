@@ -248,6 +248,44 @@ def test_look__never_misses_due_or_limited_jobs_and_is_exact_when_it_can_tell(dr
     assert look().limited
 
 
+def test_claim_if_clear__claims_only_when_nothing_is_due_or_limited(driver):
+    # "None" sends the fetch down its general path and is always allowed, but it claims
+    # nothing; a driver that can look must claim when the queue is clear.
+    exact = type(driver).look is not Driver.look
+    past = timezone.now() - timedelta(seconds=5)
+
+    def claim_clear():
+        with transaction.atomic():
+            return driver.claim_if_clear(
+                "default", 10, worker_id="w-1", now=timezone.now(), visibility_ms=None,
+                defaults=configured(), fields=None, events=EventMode.STORE, source=SOURCE,
+            )  # fmt: skip
+
+    if exact:
+        assert claim_clear().jobs == []  # an empty queue: clear, nothing to claim
+    JobFactory(state="scheduled", scheduled_at=past, queue="elsewhere")  # not this queue
+    plain = JobFactory(priority=0)
+    held = [
+        lambda: JobFactory(state="scheduled", scheduled_at=past),
+        lambda: JobFactory(state="retryable", next_attempt_at=past, attempt=1),
+        lambda: JobFactory(state="available", rate_key="k", rate_limit={"key": "k"}),
+    ]
+    for make in held:
+        job = make()
+        assert claim_clear() is None
+        job.delete()
+    Queue.objects.update_or_create(name="default", defaults={"limits": {"concurrency": 1}})
+    assert claim_clear() is None
+    assert Job.objects.get(pk=plain.pk).state == "available"  # no None claimed anything
+    Queue.objects.filter(name="default").update(limits=None)
+    got = claim_clear()
+    if exact:
+        assert [j.id for j in got.jobs] == [plain.id]
+        assert Job.objects.get(pk=plain.pk).state == "active"
+    else:
+        assert got is None
+
+
 def test_promote_due__respects_the_limit(driver):
     past = timezone.now() - timedelta(seconds=5)
     JobFactory.create_batch(5, state="scheduled", scheduled_at=past)

@@ -91,20 +91,39 @@ def test_a_fetch_that_leaves_room_looks_for_limited_jobs_once():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_idle_workers_fetch_is_one_look_and_one_claim_without_a_transaction(received):
+def test_an_idle_workers_fetch_is_one_statement_without_a_transaction(received):
     # The in-process worker (register=False) with nothing due and no limits: no BEGIN,
-    # no COMMIT, no promotion pass, no limited look; the claim commits by itself.
+    # no COMMIT, no promotion pass, no separate look; the claim checks that nothing is
+    # due or limited and commits by itself.
     django_ojs.enqueue("fast.idle", [1])
     received.clear()
     with CaptureQueriesContext(connection) as q:
         jobs = lifecycle.fetch(["default"], 5, worker_id="w-idle", register=False)
     assert [j.type for j in jobs] == ["fast.idle"]
     sql = statements(q)
-    assert len(sql) == 2, sql
-    assert sql[0].lstrip().startswith("SELECT EXISTS") and "SKIP LOCKED" in sql[1]
+    assert len(sql) == 1, sql
+    assert "SKIP LOCKED" in sql[0] and "next_attempt_at <=" in sql[0]
     assert not connection.in_atomic_block
     assert Job.objects.get(pk=jobs[0].pk).state == "active"
     assert_signalled_as_stored(received, {"job.started"})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_workers_fetch_of_an_empty_queue_is_the_claim_and_one_look():
+    with CaptureQueriesContext(connection) as q:
+        assert lifecycle.fetch(["default"], 5, worker_id="w-idle", register=False) == []
+    sql = statements(q)
+    assert len(sql) == 2, sql  # nothing claimed: the look tells "empty" from "held"
+    assert "SKIP LOCKED" in sql[0] and sql[1].lstrip().startswith("SELECT EXISTS")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rate_limited_job_sends_an_idle_fetch_down_the_limited_path():
+    django_ojs.enqueue("fast.plain", [1], priority=0)
+    django_ojs.enqueue("fast.limited", [1], priority=9, rate_limit={"key": "k", "concurrency": 1})
+    jobs = lifecycle.fetch(["default"], 5, worker_id="w-idle", register=False)
+    # The plain claim, then the limited pass with the room left: both are claimed.
+    assert sorted(j.type for j in jobs) == ["fast.limited", "fast.plain"]
 
 
 @pytest.mark.django_db(transaction=True)
