@@ -1,0 +1,144 @@
+"""The worker's and the reaper's statements on the job and event tables use indexes.
+
+What keeps pushes, claims, completions and the reaper flat as finished jobs and events
+pile up (a million of each in ``bench/drain.py --retained``): none of their statements
+may read ``ojs_job`` or ``ojs_event`` sequentially. A small test table lets the planner
+prefer sequential scans anyway, so each statement is EXPLAINed again (not run) with
+``enable_seqscan = off``: a sequential scan then means no index can serve it at all.
+PostgreSQL only; the admin pages have their own test (``test_admin_explain.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+import django_ojs
+from django_ojs import lifecycle, reaper
+from django_ojs.models import Job
+from tests.factories import JobFactory
+
+pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
+
+EXPLAINABLE = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH")
+BIG = ("ojs_job", "ojs_event")
+PARTIAL_INDEXES = """
+SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indpred IS NOT NULL AND i.indrelid IN ('ojs_job'::regclass, 'ojs_event'::regclass)
+"""
+
+
+class Statements:
+    """Every statement run on the connection, with its parameters (the driver binds
+    them on the server, so the captured SQL alone has only placeholders)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, object]] = []
+        self.explained = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.seen.append((sql, params[0] if many and params else params))
+        return execute(sql, params, many, context)
+
+    def __enter__(self) -> Statements:
+        self._wrap = connection.execute_wrapper(self)
+        self._wrap.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._wrap.__exit__(*exc)
+
+    def offenders(self) -> list[str]:
+        found = []
+        for sql, params in self.seen:
+            head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+            if head not in EXPLAINABLE or not any(t in sql for t in BIG):
+                continue
+            self.explained += 1
+            found += [f"{scan}\n    in: {sql[:400]}" for scan in seq_scans(sql, params)]
+        return found
+
+
+def seq_scans(sql: str, params: object) -> list[str]:
+    """The plan's full reads of a big table: a sequential scan, or an index walked from
+    end to end (no index condition) when the index is not partial. With sequential scans
+    off, PostgreSQL falls back to the second when no index can serve the query."""
+    # Django's own cursor binds on the client: the same statement with its values.
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        (plan,) = cursor.fetchone()
+        cursor.execute(PARTIAL_INDEXES)
+        partial = {name for (name,) in cursor.fetchall()}
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    found = []
+
+    def walk(node: dict) -> None:
+        kind, table = node["Node Type"], node.get("Relation Name")
+        index = node.get("Index Name")
+        if table in BIG and kind == "Seq Scan":
+            found.append(f"Seq Scan on {table}")
+        elif (
+            index
+            and kind in ("Index Scan", "Index Only Scan", "Bitmap Index Scan")
+            and "Index Cond" not in node
+            and index not in partial
+        ):
+            found.append(f"{kind} using {index}, no condition")
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return found
+
+
+def test_push_claim_settle_and_beat_use_indexes():
+    django_ojs.enqueue("hot.later", [1], scheduled_at=timedelta(hours=1))
+    django_ojs.enqueue_many([{"type": "hot.bulk", "args": [i]} for i in range(60)])
+    JobFactory.create_batch(3, state="completed", completed_at=timezone.now())
+    with Statements() as captured:
+        one = django_ojs.enqueue("hot.one", [1], unique={"keys": ["type", "args"]})
+        django_ojs.enqueue_many([{"type": "hot.bulk", "args": [i]} for i in range(5)])
+        django_ojs.enqueue("hot.limited", [1], rate_limit={"key": "k", "concurrency": 1})
+        general = lifecycle.fetch(["default"], 4, worker_id="w-http")
+        idle = lifecycle.fetch(["default"], 4, worker_id="w-idle", register=False)
+        lifecycle.fetch(["nothing-here"], 4, worker_id="w-idle", register=False)
+        lifecycle.beat("w-http", active_job_ids=[j.id for j in general])
+        lifecycle.ack(general[0].id, {"ok": True}, worker_id="w-http")
+        lifecycle.fail(general[1].id, {"message": "no"}, worker_id="w-http")
+        lifecycle.ack_many([(j.id, j.attempt, None) for j in idle[:2]], worker_id="w-idle")
+        lifecycle.fail_many(
+            [(j.id, j.attempt, {"message": "no"}, False) for j in idle[2:]], worker_id="w-idle"
+        )
+        lifecycle.cancel(one.id)
+    assert len(general) == 4 and len(idle) == 4  # every path above did its work
+    found = captured.offenders()
+    assert not found, "\n".join(found)
+    assert captured.explained >= 20  # about 40: every path above ran its statements
+
+
+def test_a_reaper_pass_with_pruning_uses_indexes(settings):
+    settings.OJS_RETENTION = {
+        "completed": 60, "cancelled": 60, "discarded": 60, "dead_letter": 60, "events": 60,
+        "workflows": 60,
+    }  # fmt: skip
+    long_ago = timezone.now() - timedelta(hours=1)
+    JobFactory.create_batch(3, state="completed", completed_at=long_ago)
+    JobFactory(state="cancelled", cancelled_at=long_ago)
+    JobFactory(state="discarded", discarded_at=long_ago)
+    JobFactory(state="scheduled", scheduled_at=long_ago)
+    JobFactory(state="retryable", attempt=1, next_attempt_at=long_ago)
+    JobFactory(state="available", stale_at=long_ago)
+    JobFactory(expired=True)
+    with Statements() as captured:
+        result = reaper.run_once(prune=True)
+    assert result.promoted == 2 and result.pruned["completed"] == 3  # it did the work
+    assert Job.objects.filter(state="active").count() == 0
+    found = captured.offenders()
+    assert not found, "\n".join(found)
+    assert captured.explained >= 10  # about 20: each step and prune kind
