@@ -7,7 +7,6 @@ of life and emits ``job.started``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,7 +16,7 @@ from django.utils import timezone
 
 from django_ojs import ratelimit
 from django_ojs.conf import settings
-from django_ojs.drivers import Listener, get_driver
+from django_ojs.drivers import Listener, Written, get_driver
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.store import db
@@ -80,26 +79,27 @@ def fetch(
     written: list[events.EventRow] = []
     mode = events.mode()
     order = list(dict.fromkeys(queues))  # keep order, drop repeats
-    claim = functools.partial(
-        driver.claim,
-        worker_id=worker_id,
-        now=now,
-        visibility_ms=visibility_ms,
-        defaults=defaults,
-        fields=fields,
-        events=mode,
-        source=settings.EVENT_SOURCE,
-    )
+    # How to claim, the same for every driver call of this fetch.
+    how: dict[str, Any] = {
+        "worker_id": worker_id,
+        "now": now,
+        "visibility_ms": visibility_ms,
+        "defaults": defaults,
+        "fields": fields,
+        "events": mode,
+        "source": settings.EVENT_SOURCE,
+    }
+
+    def claim(queue: str, limit: int, ids: Sequence[Any] | None = None) -> Written:
+        return driver.claim(queue, limit, ids=ids, **how)
+
     if not (worker_id and register):
         # An idle worker's fetch: with nothing to promote and no limit to weigh, the claim
         # is all there is. One queue's claim is one atomic statement that checks this
         # itself, and needs no transaction of its own (no BEGIN and COMMIT round trips);
         # several queues are looked at once, and their claims commit together.
         if len(order) == 1:
-            only = driver.claim_if_clear(
-                order[0], count, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
-                defaults=defaults, fields=fields, events=mode, source=settings.EVENT_SOURCE,
-            )  # fmt: skip
+            only = driver.claim_if_clear(order[0], count, **how)
             if only is not None:
                 events.signal(only.events, using)
                 return only.jobs
