@@ -66,6 +66,8 @@ DEFAULT_MAX_JSON_DEPTH = 64
 DEFAULT_ALLOWED_JOB_TYPES: tuple[str, ...] | None = None
 #: Seconds between in-place refreshes of the admin dashboard and job list (0: never).
 DEFAULT_ADMIN_REFRESH_SECONDS = 5
+#: Periods the reaper keeps created ahead of the current one, on partitioned tables.
+DEFAULT_PARTITION_PREMAKE = 3
 #: Retention of finished jobs and events, in seconds (None keeps them forever).
 DEFAULT_RETENTION = {
     "completed": 7 * 86400,
@@ -160,6 +162,11 @@ class Settings:
     def REAPER_INTERVAL(self) -> float:
         """Seconds between reaper passes (promote, expire, rescue, recover)."""
         return float(self._get("OJS_REAPER_INTERVAL", DEFAULT_REAPER_INTERVAL))
+
+    @property
+    def PARTITION_PREMAKE(self) -> int:
+        """Partitions the reaper keeps created ahead of the current period (PostgreSQL)."""
+        return int(self._get("OJS_PARTITION_PREMAKE", DEFAULT_PARTITION_PREMAKE))
 
     @property
     def PRUNE_INTERVAL(self) -> float:

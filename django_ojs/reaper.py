@@ -84,6 +84,28 @@ PRUNE_BATCH = 5_000
 PRUNE_BATCHES_PER_PASS = 20
 
 
+def retention_cutoffs(now: datetime) -> dict[str, datetime | None]:
+    """``OJS_RETENTION`` as the times before which each kind may go (None: kept)."""
+    retention = settings.RETENTION
+    kinds = ("completed", "cancelled", "discarded", "dead_letter", "events", "workflows")
+    return {
+        f"{kind}_before": None
+        if retention.get(kind) is None
+        else now - timedelta(seconds=retention[kind] or 0)
+        for kind in kinds
+    }
+
+
+def maintain_partitions(*, now: datetime | None = None, using: str | None = None) -> dict[str, int]:
+    """Create the periods ahead and drop expired ones on partitioned tables (PostgreSQL)."""
+    now = now or timezone.now()
+    cutoffs = retention_cutoffs(now)
+    cutoffs.pop("workflows_before")
+    return lifecycle.maintain_partitions(
+        premake=settings.PARTITION_PREMAKE, now=now, using=using, **cutoffs
+    )
+
+
 def prune_expired(*, using: str | None = None) -> dict[str, int]:
     """Delete what is older than ``OJS_RETENTION`` allows, in short transactions.
 
@@ -92,24 +114,19 @@ def prune_expired(*, using: str | None = None) -> dict[str, int]:
     back vacuum or, on SQLite, the write lock that claims and pushes need.
     """
     now = timezone.now()
-    retention = settings.RETENTION
-
-    def before(key: str) -> datetime | None:
-        seconds = retention.get(key)
-        return None if seconds is None else now - timedelta(seconds=seconds)
-
-    out: dict[str, int] = {}
+    cutoffs = retention_cutoffs(now)
+    workflows_before = cutoffs.pop("workflows_before")
+    # Partitioned tables (PostgreSQL, optional): whole expired periods go first, as one
+    # DROP TABLE each; the batches below delete what is left row by row.
+    done = maintain_partitions(now=now, using=using)
+    out = {f"partitions_{kind}": n for kind, n in done.items() if n}
     for _ in range(PRUNE_BATCHES_PER_PASS):
         with lifecycle.lead(LOCK_NAME, using=using) as leader:
             if not leader:
                 break
             batch = lifecycle.prune(
-                completed_before=before("completed"),
-                cancelled_before=before("cancelled"),
-                discarded_before=before("discarded"),
-                dead_letter_before=before("dead_letter"),
-                events_before=before("events"),
-                workflows_before=before("workflows"),
+                **cutoffs,
+                workflows_before=workflows_before,
                 limit=PRUNE_BATCH,
                 using=using,
             )

@@ -16,10 +16,11 @@ The event payloads written by drivers follow ``job_data`` below (OJS events §3)
 from __future__ import annotations
 
 import enum
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from django.db.models import QuerySet
@@ -30,8 +31,6 @@ from django_ojs import envelope
 from django_ojs.models import Event, Job
 
 if TYPE_CHECKING:
-    import uuid
-
     from django_ojs.policy import Durations
 
 
@@ -141,6 +140,62 @@ class Look:
 
     due: bool
     limited: bool
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition of a time-partitioned table: the rows created in ``[start, end)``.
+
+    ``start`` and ``end`` are None for the default partition (rows outside every range).
+    """
+
+    table: str
+    name: str
+    start: datetime | None
+    end: datetime | None
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """A table's time partitions (PostgreSQL's optional layout), oldest first."""
+
+    table: str
+    interval: str  # "day", "week" or "month"
+    ranges: list[Partition]
+    default: Partition | None
+
+
+def period_start(moment: datetime, interval: str) -> datetime:
+    """The first instant (UTC) of the ``interval`` ("day", "week", "month") holding ``moment``."""
+    day = moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if interval == "week":
+        return day - timedelta(days=day.weekday())
+    if interval == "month":
+        return day.replace(day=1)
+    return day
+
+
+def next_start(start: datetime, interval: str) -> datetime:
+    """The first instant of the period after the one starting at ``start``."""
+    if interval == "week":
+        return start + timedelta(days=7)
+    if interval == "month":
+        return (start + timedelta(days=32)).replace(day=1)
+    return start + timedelta(days=1)
+
+
+def uuid7_floor(moment: datetime) -> uuid.UUID:
+    """The smallest UUIDv7 of ``moment``'s millisecond: ids of later times sort above it.
+
+    A job partition holds the ids from ``uuid7_floor(start)`` to ``uuid7_floor(end)``.
+    """
+    ms = int(moment.timestamp() * 1000)
+    return uuid.UUID(int=(ms & 0xFFFF_FFFF_FFFF) << 80)
+
+
+def uuid7_time(value: uuid.UUID) -> datetime:
+    """The creation time a UUIDv7 carries in its first 48 bits."""
+    return datetime.fromtimestamp((value.int >> 80) / 1000, UTC)
 
 
 class Driver(ABC):
@@ -357,6 +412,50 @@ class Driver(ABC):
         reports. ``None`` is returned when the database has no such index (SQLite).
         """
         return None
+
+    # ------------------------------------------------------------------ optional partitions
+
+    def partitions(self, table: str) -> Partitions | None:
+        """``table``'s time partitions (``ojs_job`` or ``ojs_event``); None when it has none.
+
+        Only PostgreSQL has the partitioned layout (``manage.py ojs_partition``).
+        """
+        return None
+
+    def partition_table(
+        self, table: str, *, interval: str, start: datetime, end: datetime
+    ) -> Partitions:
+        """Make ``table`` partitioned by ``interval``, with periods from ``start`` to ``end``.
+
+        Runs in the caller's transaction and copies every row (the table is locked
+        meanwhile). Raises :class:`NotImplementedError` where there is no such layout.
+        """
+        raise NotImplementedError(f"{self.vendor} has no partitioned layout")
+
+    def unpartition_table(self, table: str) -> None:
+        """Make the partitioned ``table`` a plain one again (rows copied, table locked)."""
+        raise NotImplementedError(f"{self.vendor} has no partitioned layout")
+
+    def add_partition(
+        self, table: str, start: datetime, end: datetime, *, timeout: float
+    ) -> Partition | None:
+        """Add the period ``[start, end)`` to the partitioned ``table``.
+
+        None when the table's lock was not had within ``timeout`` seconds.
+        """
+        raise NotImplementedError(f"{self.vendor} has no partitioned layout")
+
+    def drop_partition(
+        self, partition: Partition, *, unless: QuerySet[Any] | None, timeout: float
+    ) -> bool:
+        """Drop ``partition`` with every row in it, unless ``unless`` finds a row.
+
+        ``unless`` (rows that must stay) is evaluated once the table is locked for the
+        drop, so it is still true when the partition goes: keep it to a quick, indexed
+        query. False when a row was found or the lock was not had within ``timeout``
+        seconds (nothing changed then).
+        """
+        raise NotImplementedError(f"{self.vendor} has no partitioned layout")
 
 
 class Listener(Protocol):

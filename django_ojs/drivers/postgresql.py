@@ -17,17 +17,29 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from django.db import connections
+from django.db import OperationalError, connections, transaction
+from django.db.models import QuerySet
 from psycopg.types.json import Jsonb
 
 from django_ojs import resilience
-from django_ojs.drivers.base import Completion, EventMode, EventRow, Look, Written
+from django_ojs.drivers import partitions as parts
+from django_ojs.drivers.base import (
+    Completion,
+    EventMode,
+    EventRow,
+    Look,
+    Partition,
+    Partitions,
+    Written,
+)
 from django_ojs.drivers.orm import OrmDriver
 from django_ojs.models import Job, Worker
 from django_ojs.policy import Durations
 from django_ojs.states import TERMINAL_STATES
 
 logger = logging.getLogger("django_ojs.worker")
+#: SQLSTATE of a lock not had within lock_timeout.
+LOCK_NOT_AVAILABLE = "55P03"
 
 CHANNEL = "ojs_job_available"
 
@@ -135,6 +147,9 @@ CLAIM_EVENTS = _event_select(
 # still active, on the reported attempt (when given) and reserved by the worker (when
 # given; worker protocol §5.6); the job.completed events are built from exactly the rows
 # it changed. NULL results stay SQL NULL, as ``ack(result=None)`` stores them.
+# ``j.id = ANY(ids)`` repeats the join's condition as one the planner can use before
+# the join: on the partitioned layout it then plans only the partitions of those ids
+# (an ack took 2 ms more to plan with 6 partitions without it).
 COMPLETE_SQL = """
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(results)s::jsonb[])
@@ -144,7 +159,7 @@ WITH input AS (
         state = 'completed', completed_at = %(now)s, result = input.result, error = NULL,
         visible_until = NULL, timeout_at = NULL, stalled_at = NULL
     FROM input
-    WHERE j.id = input.id AND j.state = 'active'
+    WHERE j.id = input.id AND j.id = ANY(%(ids)s::uuid[]) AND j.state = 'active'
       AND (input.attempt IS NULL OR j.attempt = input.attempt)
       AND (%(worker_id)s::text IS NULL OR j.worker_id IS NULL OR j.worker_id = %(worker_id)s)
       AND (NOT %(without_workflow)s OR j.workflow_id IS NULL)
@@ -552,6 +567,47 @@ class PostgreSQLDriver(OrmDriver):
             present = {name for (name,) in cursor.fetchall()}
         return {name: name in present for name in SEARCH_INDEXES}
 
+    def partitions(self, table: str) -> Partitions | None:
+        with _cursor(connections[self.using]) as cursor:
+            return parts.layout(cursor, table)
+
+    def partition_table(
+        self, table: str, *, interval: str, start: datetime, end: datetime
+    ) -> Partitions:
+        with _cursor(connections[self.using]) as cursor:
+            parts.convert(cursor, table, interval, start, end)
+            found = parts.layout(cursor, table)
+        assert found is not None
+        return found
+
+    def unpartition_table(self, table: str) -> None:
+        with _cursor(connections[self.using]) as cursor:
+            parts.revert(cursor, table)
+
+    def add_partition(
+        self, table: str, start: datetime, end: datetime, *, timeout: float
+    ) -> Partition | None:
+        try:
+            with transaction.atomic(using=self.using), _cursor(connections[self.using]) as cursor:
+                return parts.create(cursor, table, start, end, timeout=timeout)
+        except OperationalError as exc:
+            _unless_lock_busy(exc, table)
+            return None
+
+    def drop_partition(
+        self, partition: Partition, *, unless: QuerySet[Any] | None, timeout: float
+    ) -> bool:
+        try:
+            with transaction.atomic(using=self.using), _cursor(connections[self.using]) as cursor:
+                parts.lock(cursor, partition, timeout=timeout)
+                if unless is not None and unless.exists():
+                    return False
+                parts.drop(cursor, partition)
+        except OperationalError as exc:
+            _unless_lock_busy(exc, partition.table)
+            return False
+        return True
+
     def touch_worker(self, worker_id: str, queues: list[str], now: datetime) -> None:
         connection = connections[self.using]
         worker = Worker(id=worker_id, queues=queues, started_at=now, last_heartbeat_at=now)
@@ -703,6 +759,13 @@ def _event_values(row: tuple[Any, ...]) -> list[Any]:
     values = list(row)
     values[-1] = Jsonb(values[-1], dumps=_dumps)
     return values
+
+
+def _unless_lock_busy(exc: OperationalError, table: str) -> None:
+    """Re-raise ``exc`` unless it is a lock not had within ``lock_timeout``."""
+    if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+        raise exc
+    logger.info("partitions of %s unchanged: the table's lock was busy", table)
 
 
 class PostgreSQLListener:

@@ -31,6 +31,12 @@ from django_ojs.lifecycle.maintenance import (
     recover_dead_workers,
     rescue_expired,
 )
+from django_ojs.lifecycle.partitions import INTERVALS as PARTITION_INTERVALS
+from django_ojs.lifecycle.partitions import TABLES as PARTITION_TABLES
+from django_ojs.lifecycle.partitions import layout as partition_layout
+from django_ojs.lifecycle.partitions import maintain as maintain_partitions
+from django_ojs.lifecycle.partitions import partition as partition_tables
+from django_ojs.lifecycle.partitions import unpartition as unpartition_tables
 from django_ojs.lifecycle.progress import progress_of, report_progress
 from django_ojs.lifecycle.push import enqueue, enqueue_many, push, push_many
 from django_ojs.lifecycle.queues import pause_queue, resume_queue, set_queue_limits
@@ -67,6 +73,8 @@ from django_ojs.lifecycle.workflows import tree as workflow_tree
 __all__ = [
     "BULK_ACTIONS",
     "MAINTENANCE_BATCH",
+    "PARTITION_INTERVALS",
+    "PARTITION_TABLES",
     "RESULTS_MAX_IDS",
     "WORKFLOW_KINDS",
     "WORKFLOW_MAX_DEPTH",
@@ -99,7 +107,10 @@ __all__ = [
     "job_spec",
     "lead",
     "listen",
+    "maintain_partitions",
     "override_rate_limit",
+    "partition_layout",
+    "partition_tables",
     "pause_queue",
     "progress_of",
     "promote_due",
@@ -127,6 +138,7 @@ __all__ = [
     "set_directive",
     "set_queue_limits",
     "sync_cron",
+    "unpartition_tables",
     "wait",
     "workflow_tree",
 ]

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Q, QuerySet
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q, QuerySet, Value
 from django.utils import timezone
 
 from django_ojs import envelope, failure
@@ -286,40 +286,16 @@ def prune(
         "completed": 0, "discarded": 0, "dead_letter": 0, "cancelled": 0, "events": 0,
         "workflows": 0,
     }  # fmt: skip
-    kept = ("pending", "running", "failed")
-    jobs = Job.objects.using(using).exclude(
-        Q(workflow__root__isnull=True, workflow__state__in=kept) | Q(workflow__root__state__in=kept)
+    rules = prune_rules(
+        completed_before=completed_before,
+        discarded_before=discarded_before,
+        dead_letter_before=dead_letter_before,
+        cancelled_before=cancelled_before,
     )
+    jobs = prunable_jobs(using)
     with transaction.atomic(using=using):
-        if completed_before is not None:
-            # A job whose result_ttl reaches further than the retention stays until then.
-            keeps_result = ExpressionWrapper(
-                F("completed_at") + F("result_ttl"), output_field=DateTimeField()
-            )
-            out["completed"] = _delete(
-                jobs.filter(state=JobState.COMPLETED, completed_at__lt=completed_before)
-                .annotate(keeps_result=keeps_result)
-                .filter(Q(result_ttl__isnull=True) | Q(keeps_result__lt=timezone.now())),
-                limit,
-            )
-        if discarded_before is not None:
-            out["discarded"] = _delete(
-                jobs.filter(
-                    state=JobState.DISCARDED, dead_letter=False, discarded_at__lt=discarded_before
-                ),
-                limit,
-            )
-        if dead_letter_before is not None:
-            out["dead_letter"] = _delete(
-                jobs.filter(
-                    state=JobState.DISCARDED, dead_letter=True, discarded_at__lt=dead_letter_before
-                ),
-                limit,
-            )
-        if cancelled_before is not None:
-            out["cancelled"] = _delete(
-                jobs.filter(state=JobState.CANCELLED, cancelled_at__lt=cancelled_before), limit
-            )
+        for kind, rule in rules.items():
+            out[kind] = _delete(jobs.filter(rule), limit)
         if events_before is not None:
             out["events"] = _delete(
                 Event.objects.using(using).filter(time__lt=events_before), limit
@@ -341,6 +317,49 @@ def prune(
             Workflow.objects.using(using).filter(pk__in=family).delete()
             out["workflows"] = len(family)
     return out
+
+
+def prune_rules(
+    *,
+    completed_before: datetime | None = None,
+    discarded_before: datetime | None = None,
+    dead_letter_before: datetime | None = None,
+    cancelled_before: datetime | None = None,
+) -> dict[str, Q]:
+    """Which finished jobs retention lets go, per kind (see :func:`prune`)."""
+    rules: dict[str, Q] = {}
+    if completed_before is not None:
+        # A job whose result_ttl reaches further than the retention stays until then.
+        result_gone = ExpressionWrapper(
+            Value(timezone.now(), output_field=DateTimeField()) - F("result_ttl"),
+            output_field=DateTimeField(),
+        )
+        rules["completed"] = Q(state=JobState.COMPLETED, completed_at__lt=completed_before) & (
+            Q(result_ttl__isnull=True) | Q(completed_at__lt=result_gone)
+        )
+    if discarded_before is not None:
+        rules["discarded"] = Q(
+            state=JobState.DISCARDED, dead_letter=False, discarded_at__lt=discarded_before
+        )
+    if dead_letter_before is not None:
+        rules["dead_letter"] = Q(
+            state=JobState.DISCARDED, dead_letter=True, discarded_at__lt=dead_letter_before
+        )
+    if cancelled_before is not None:
+        rules["cancelled"] = Q(state=JobState.CANCELLED, cancelled_at__lt=cancelled_before)
+    return rules
+
+
+def prunable_jobs(using: str) -> QuerySet[Job]:
+    """Jobs that may be pruned one by one: not the graph of an unfinished workflow.
+
+    A workflow's jobs are never pruned while the outermost workflow is ``pending``,
+    ``running`` or ``failed`` (a failed one can be resumed).
+    """
+    kept = ("pending", "running", "failed")
+    return Job.objects.using(using).exclude(
+        Q(workflow__root__isnull=True, workflow__state__in=kept) | Q(workflow__root__state__in=kept)
+    )
 
 
 #: Outermost workflows deleted per prune pass (each with all its rows).

@@ -11,6 +11,7 @@ PostgreSQL only; the admin pages have their own test (``test_admin_explain.py``)
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -26,9 +27,10 @@ pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
 
 EXPLAINABLE = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH")
 BIG = ("ojs_job", "ojs_event")
-PARTIAL_INDEXES = """
+PARTIAL_INDEXES = r"""
 SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-WHERE i.indpred IS NOT NULL AND i.indrelid IN ('ojs_job'::regclass, 'ojs_event'::regclass)
+JOIN pg_class t ON t.oid = i.indrelid
+WHERE i.indpred IS NOT NULL AND t.relname ~ '^ojs_(job|event)(_p\d{8}|_default)?$'
 """
 
 
@@ -63,6 +65,19 @@ class Statements:
         return found
 
 
+def _big(table: str | None) -> bool:
+    """A big table, or one of its partitions (``ojs_job_p20261125``, ``ojs_job_default``)."""
+    return table is not None and re.sub(r"_(p\d{8}|default)$", "", table) in BIG
+
+
+@pytest.fixture(autouse=True, params=["plain", "partitioned"])
+def layout(request: pytest.FixtureRequest) -> str:
+    """Each test runs on the plain tables and on the optional partitioned layout."""
+    if request.param == "partitioned":
+        lifecycle.partition_tables(["jobs", "events"], interval="day", premake=2)
+    return str(request.param)
+
+
 def seq_scans(sql: str, params: object) -> list[str]:
     """The plan's full reads of a big table: a sequential scan, or an index walked from
     end to end (no index condition) when the index is not partial. With sequential scans
@@ -81,7 +96,7 @@ def seq_scans(sql: str, params: object) -> list[str]:
     def walk(node: dict) -> None:
         kind, table = node["Node Type"], node.get("Relation Name")
         index = node.get("Index Name")
-        if table in BIG and kind == "Seq Scan":
+        if _big(table) and kind == "Seq Scan":
             found.append(f"Seq Scan on {table}")
         elif (
             index
