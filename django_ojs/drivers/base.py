@@ -446,14 +446,19 @@ class Driver(ABC):
         raise NotImplementedError(f"{self.vendor} has no partitioned layout")
 
     def drop_partition(
-        self, partition: Partition, *, unless: QuerySet[Any] | None, timeout: float
+        self,
+        partition: Partition,
+        *,
+        unless: QuerySet[Any] | None,
+        keep: QuerySet[Any] | None,
+        timeout: float,
     ) -> bool:
-        """Drop ``partition`` with every row in it, unless ``unless`` finds a row.
+        """Drop ``partition`` with its rows, unless ``unless`` finds a row; the rows
+        ``keep`` finds move to the default partition first.
 
-        ``unless`` (rows that must stay) is evaluated once the table is locked for the
-        drop, so it is still true when the partition goes: keep it to a quick, indexed
-        query. False when a row was found or the lock was not had within ``timeout``
-        seconds (nothing changed then).
+        Both are evaluated once the table is locked for the drop, so they are still true
+        when the partition goes: keep them to quick queries. False when ``unless`` found
+        a row or the lock was not had within ``timeout`` seconds (nothing changed then).
         """
         raise NotImplementedError(f"{self.vendor} has no partitioned layout")
 

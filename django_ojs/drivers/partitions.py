@@ -35,6 +35,8 @@ from django_ojs.drivers.base import (
 
 #: The partitioned tables and their partition keys.
 KEYS = {"ojs_job": "id", "ojs_event": "time"}
+#: Their primary keys (as Django knows them).
+PKS = {"ojs_job": "id", "ojs_event": "seq"}
 INTERVALS = ("day", "week", "month")
 COMMENT = "django_ojs partitions: {interval}"
 _COMMENT_RE = re.compile(r"^django_ojs partitions: (day|week|month)$")
@@ -254,6 +256,16 @@ def lock(cursor: Any, partition: Partition, *, timeout: float) -> None:
     cursor.execute(f"LOCK TABLE {_ident(partition.table)} IN ACCESS EXCLUSIVE MODE")
 
 
-def drop(cursor: Any, partition: Partition) -> None:
-    """Drop ``partition`` with its rows (after :func:`lock`)."""
+def drop(cursor: Any, partition: Partition, *, keep: list[Any]) -> None:
+    """Drop ``partition`` with its rows (after :func:`lock`), except the rows of primary
+    keys ``keep``, which move to the default partition first (detached, the period's
+    range belongs to no partition: its rows go to the default one)."""
+    if keep:
+        table, name = _ident(partition.table), _ident(partition.name)
+        cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {name}")
+        cursor.execute(
+            f"INSERT INTO {table} SELECT * FROM {name} WHERE {_ident(PKS[partition.table])} "
+            f"= ANY(%s)",
+            [keep],
+        )
     cursor.execute(f"DROP TABLE {_ident(partition.name)}")

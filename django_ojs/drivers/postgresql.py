@@ -595,14 +595,20 @@ class PostgreSQLDriver(OrmDriver):
             return None
 
     def drop_partition(
-        self, partition: Partition, *, unless: QuerySet[Any] | None, timeout: float
+        self,
+        partition: Partition,
+        *,
+        unless: QuerySet[Any] | None,
+        keep: QuerySet[Any] | None,
+        timeout: float,
     ) -> bool:
         try:
             with transaction.atomic(using=self.using), _cursor(connections[self.using]) as cursor:
                 parts.lock(cursor, partition, timeout=timeout)
                 if unless is not None and unless.exists():
                     return False
-                parts.drop(cursor, partition)
+                kept = [] if keep is None else list(keep.values_list("pk", flat=True))
+                parts.drop(cursor, partition, keep=kept)
         except OperationalError as exc:
             _unless_lock_busy(exc, partition.table)
             return False

@@ -11,8 +11,9 @@ keeps:
   no job of an unfinished workflow. That is read without a lock (it may read the whole
   partition); under the drop's lock, a quick indexed look then makes sure no job of it
   became unfinished meanwhile (a retry, a late insert: the only ways a row that could
-  go becomes one that must stay). A partition that still holds a kept row stays, and
-  the ordinary batched prune deletes its other rows.
+  go becomes one that must stay). A partition that still holds kept rows stays while
+  the ordinary batched prune deletes its other rows; once it is down to
+  :data:`COMPACT_ROWS` rows, the kept ones move to the default partition and it goes.
 
 The reaper runs :func:`maintain` before each prune; nothing here runs on SQLite.
 """
@@ -49,9 +50,15 @@ LOCK_NAME = "django_ojs.partitions"
 #: Seconds a drop waits for its locks before giving up until the next pass: pushes and
 #: claims queue behind a waiting ``DROP TABLE``, so this bounds how long they can stall.
 LOCK_TIMEOUT = 0.5
-#: How far back ``partition`` creates periods for existing rows; older rows go to the
+#: How many periods back ``partition`` creates for existing rows; older rows go to the
 #: default partition (and leave by the ordinary prune).
-HISTORY = timedelta(days=400)
+HISTORY = 14
+#: An expired job period that still holds kept rows (a job scheduled far ahead, a
+#: dead-lettered one) is dropped once it is down to this many rows: its kept rows move
+#: to the default partition under the drop's lock. Periods would otherwise pile up,
+#: one per day with a dead-lettered job, for the 180 days the dead letter keeps it, and
+#: every claim reads every period.
+COMPACT_ROWS = 1000
 
 
 def layout(table: str, *, using: str | None = None) -> Partitions | None:
@@ -69,8 +76,9 @@ def partition(
 ) -> dict[str, Partitions]:
     """Partition ``tables`` by ``interval``, each in one transaction, copying their rows.
 
-    Periods run from the oldest row's (at most :data:`HISTORY` back) to ``premake``
-    periods after the current one. A table already partitioned is left as it is.
+    Periods run from the oldest row's (at most :data:`HISTORY` periods back) to
+    ``premake`` periods after the current one. A table already partitioned is left as
+    it is.
     """
     using = db(using)
     if interval not in INTERVALS:
@@ -85,7 +93,12 @@ def partition(
             out[name] = found
             continue
         with transaction.atomic(using=using):
-            start = period_start(max(_oldest(table, using) or now, now - HISTORY), interval)
+            start = period_start(now, interval)
+            oldest = _oldest(table, using)
+            for _ in range(HISTORY):
+                if oldest is None or oldest >= start:
+                    break
+                start = period_start(start - timedelta(microseconds=1), interval)
             out[name] = driver.partition_table(
                 table, interval=interval, start=start, end=_horizon(now, interval, premake)
             )
@@ -150,21 +163,27 @@ def maintain(
         for part in found.ranges:
             assert part.start is not None and part.end is not None
             unless: QuerySet[Job] | None = None
+            keep: QuerySet[Job] | None = None
             if table == "ojs_event":
                 if events_before is None or part.end > events_before:
                     continue
             else:
                 kept = _kept(part, using, cutoffs)
-                if kept is None or kept.exists():  # read without a lock: may take a while
+                if kept is None:
                     continue
-                # Since that read, a row can only have become kept by a retry or a late
-                # insert, both of which leave it unfinished: a quick indexed look, made
-                # under the drop's lock.
-                unless = _in(part, using).filter(state__in=NON_TERMINAL_STATES)
+                if not kept.exists():  # read without a lock: may read the whole period
+                    # Since that read, a row can only have become kept by a retry or a
+                    # late insert, both of which leave it unfinished: a quick indexed
+                    # look, made under the drop's lock.
+                    unless = _in(part, using).filter(state__in=NON_TERMINAL_STATES)
+                elif _few(part, using):
+                    keep = kept  # the last few kept rows move to the default partition
+                else:
+                    continue
             with lead(LOCK_NAME, using=using) as leader:
                 if not leader:
                     return out
-                if driver.drop_partition(part, unless=unless, timeout=LOCK_TIMEOUT):
+                if driver.drop_partition(part, unless=unless, keep=keep, timeout=LOCK_TIMEOUT):
                     out["dropped"] += 1
     return out
 
@@ -175,6 +194,12 @@ def _in(part: Partition, using: str) -> QuerySet[Job]:
     return Job.objects.using(using).filter(
         id__gte=uuid7_floor(part.start), id__lt=uuid7_floor(part.end)
     )
+
+
+def _few(part: Partition, using: str) -> bool:
+    """Whether job partition ``part`` holds at most :data:`COMPACT_ROWS` rows (read from
+    its primary key, never past that many)."""
+    return len(_in(part, using).values_list("pk", flat=True)[: COMPACT_ROWS + 1]) <= COMPACT_ROWS
 
 
 def _kept(part: Partition, using: str, cutoffs: dict[str, datetime | None]) -> QuerySet[Job] | None:

@@ -20,6 +20,7 @@ from django.utils import timezone
 import django_ojs
 from django_ojs import lifecycle, reaper
 from django_ojs.drivers.base import period_start, uuid7_floor
+from django_ojs.lifecycle import partitions
 from django_ojs.models import Event, Job
 from tests.factories import JobFactory
 
@@ -127,7 +128,10 @@ def test_expired_event_periods_are_dropped_whole() -> None:
 
 
 @pytest.mark.postgresql
-def test_a_job_period_is_dropped_only_when_retention_lets_every_row_in_it_go() -> None:
+def test_a_job_period_is_dropped_only_when_retention_lets_every_row_in_it_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(partitions, "COMPACT_ROWS", 0)  # the rule alone, no compaction
     now = timezone.now()
 
     def made(days: int, **kwargs: object) -> Job:
@@ -163,6 +167,44 @@ def test_a_job_period_is_dropped_only_when_retention_lets_every_row_in_it_go() -
     reaper.prune_expired()
     nine_days_ago = now - timedelta(days=9)
     assert list(Job.objects.filter(created_at=nine_days_ago)) == [waiting]
+
+
+@pytest.mark.postgresql
+def test_an_expired_period_down_to_a_few_kept_rows_moves_them_to_the_default_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(partitions, "COMPACT_ROWS", 2)
+    now = timezone.now()
+
+    def made(days: int, **kwargs: object) -> Job:
+        at = now - timedelta(days=days)
+        job: Job = JobFactory(id=uuid7_at(at), created_at=at, **kwargs)
+        return job
+
+    done_at = now - timedelta(days=8)
+    waiting = made(9, state="scheduled", scheduled_at=now + timedelta(days=30))
+    expired = made(9, state="completed", completed_at=done_at)
+    dead = made(10, state="discarded", dead_letter=True, discarded_at=done_at)
+    crowded = [made(11, state="completed", completed_at=done_at) for _ in range(2)]
+    crowded.append(made(11, state="retryable", attempt=1, next_attempt_at=now))
+    lifecycle.partition_tables(["jobs"], interval="day", premake=1, now=now)
+
+    done = reaper.maintain_partitions(now=now)
+
+    # Days -10 and -9 (at most 2 rows each) go, their kept jobs moved, and day -8
+    # (empty); day -11 (3 rows, one kept) stays until the row prune brings it down to 2.
+    assert done["dropped"] == 3
+    assert where(waiting.pk) == where(dead.pk) == "ojs_job_default"
+    assert not Job.objects.filter(pk=expired.pk).exists()
+    assert Job.objects.get(pk=waiting.pk).scheduled_at == waiting.scheduled_at
+    assert where(crowded[2].pk) == f"ojs_job_p{now - timedelta(days=11):%Y%m%d}"
+    reaper.prune_expired()  # deletes the two expired rows of day -11
+    assert reaper.maintain_partitions(now=now)["dropped"] == 1
+    assert where(crowded[2].pk) == "ojs_job_default"
+    assert not Job.objects.filter(pk__in=[j.pk for j in crowded[:2]]).exists()
+    lifecycle.promote_due()
+    claimed = lifecycle.fetch(["default"], count=5, worker_id="w-1")
+    assert [j.pk for j in claimed] == [crowded[2].pk]  # a moved job is still worked on
 
 
 @pytest.mark.postgresql
