@@ -136,8 +136,9 @@ def create(
     if moving:
         cursor.execute(f"ALTER TABLE {_ident(table)} DETACH PARTITION {_ident(default)}")
     # DDL takes no parameters; both bounds are formatted here (a UUID, an ISO time).
+    # IF NOT EXISTS: another reaper may have made this period since the caller looked.
     cursor.execute(
-        f"CREATE TABLE {_ident(name)} PARTITION OF {_ident(table)} "
+        f"CREATE TABLE IF NOT EXISTS {_ident(name)} PARTITION OF {_ident(table)} "
         f"FOR VALUES FROM ('{lo}') TO ('{hi}')"
     )
     if moving:
@@ -244,16 +245,19 @@ def _lock_timeout(cursor: Any, timeout: float) -> None:
     cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout * 1000)}ms"])
 
 
-def lock(cursor: Any, partition: Partition, *, timeout: float) -> None:
+def lock(cursor: Any, partition: Partition, *, timeout: float) -> bool:
     """Take the lock that dropping ``partition`` needs (``ACCESS EXCLUSIVE`` on its parent
     table), waiting at most ``timeout`` seconds: nothing reads or writes the table until
-    the transaction ends, so what is checked next stays true until the drop.
+    the transaction ends, so what is checked next stays true until the drop. False when
+    the partition is gone by then (another reaper dropped it first).
 
     A lock not had in time raises (the caller tries again at its next pass): pushes and
     claims queue behind a waiting lock, so the wait must stay short.
     """
     _lock_timeout(cursor, timeout)
     cursor.execute(f"LOCK TABLE {_ident(partition.table)} IN ACCESS EXCLUSIVE MODE")
+    cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [partition.name])
+    return bool(cursor.fetchone()[0])
 
 
 def drop(cursor: Any, partition: Partition, *, keep: list[Any]) -> None:

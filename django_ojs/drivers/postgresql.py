@@ -604,7 +604,8 @@ class PostgreSQLDriver(OrmDriver):
     ) -> bool:
         try:
             with transaction.atomic(using=self.using), _cursor(connections[self.using]) as cursor:
-                parts.lock(cursor, partition, timeout=timeout)
+                if not parts.lock(cursor, partition, timeout=timeout):
+                    return False
                 if unless is not None and unless.exists():
                     return False
                 kept = [] if keep is None else list(keep.values_list("pk", flat=True))

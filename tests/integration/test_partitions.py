@@ -19,6 +19,7 @@ from django.utils import timezone
 
 import django_ojs
 from django_ojs import lifecycle, reaper
+from django_ojs.drivers import get_driver
 from django_ojs.drivers.base import period_start, uuid7_floor
 from django_ojs.lifecycle import partitions
 from django_ojs.models import Event, Job
@@ -335,3 +336,23 @@ def test_a_drop_gives_way_to_a_busy_table_and_happens_at_a_later_pass() -> None:
         reader.join(30)
         lifecycle.unpartition_tables(["events"])
     assert lifecycle.partition_layout("events") is None
+
+
+@pytest.mark.postgresql
+def test_two_reapers_with_the_same_view_of_the_periods_do_not_fail() -> None:
+    """Every worker runs a reaper: one may create or drop a period another saw first."""
+    driver = get_driver(connection.alias)
+    now = timezone.now()
+    layout = lifecycle.partition_tables(["events"], interval="day", premake=0, now=now)["events"]
+    start = period_start(now, "day") + timedelta(days=1)
+    end = start + timedelta(days=1)
+
+    first = driver.add_partition("ojs_event", start, end, timeout=1)
+    again = driver.add_partition("ojs_event", start, end, timeout=1)
+
+    assert first == again and first is not None
+    today = layout.ranges[-1]
+    assert driver.drop_partition(today, unless=None, keep=None, timeout=1) is True
+    assert driver.drop_partition(today, unless=None, keep=None, timeout=1) is False
+    found = lifecycle.partition_layout("events")
+    assert found is not None and [p.name for p in found.ranges] == [first.name]
