@@ -128,6 +128,9 @@ def create(
     name = f"{table}_p{start:%Y%m%d}"
     lo, hi = _bound(table, start), _bound(table, end)
     default = f"{table}_default"
+    # The lock CREATE … PARTITION OF takes anyway, taken before looking in the default
+    # partition, so that no row of the range can arrive there in between.
+    cursor.execute(f"LOCK TABLE {_ident(table)} IN ACCESS EXCLUSIVE MODE")
     cursor.execute(
         f"SELECT EXISTS (SELECT 1 FROM {_ident(default)} WHERE {key} >= %s AND {key} < %s)",
         [lo, hi],
