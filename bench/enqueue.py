@@ -116,7 +116,9 @@ def bench_bulk(n: int, batch: int) -> float:
     return rate(n, time.perf_counter() - start)
 
 
-def bench_fetch_ack(n: int) -> float:
+def bench_fetch_ack(n: int, *, batched: bool = False) -> float:
+    """Claims of 100, then one ``ack`` per job, or (``batched``) one ``ack_many`` of the
+    100, as a worker's completer does."""
     from django_ojs import lifecycle
 
     done = 0
@@ -125,8 +127,11 @@ def bench_fetch_ack(n: int) -> float:
         jobs = lifecycle.fetch(["default"], count=100, worker_id="bench")
         if not jobs:
             break
-        for job in jobs:
-            lifecycle.ack(job.id, None, worker_id="bench")
+        if batched:
+            lifecycle.ack_many([(job.id, job.attempt, None) for job in jobs], worker_id="bench")
+        else:
+            for job in jobs:
+                lifecycle.ack(job.id, None, worker_id="bench")
         done += len(jobs)
     return rate(done, time.perf_counter() - start)
 

@@ -59,21 +59,6 @@ def use_database(name: str) -> None:
     call_command("migrate", verbosity=0)
 
 
-def bench_fetch_ack_many(n: int) -> float:
-    """Claims of 100 settled in one statement, as a worker's completer does."""
-    from django_ojs import lifecycle
-
-    done = 0
-    start = time.perf_counter()
-    while done < n:
-        jobs = lifecycle.fetch(["default"], count=100, worker_id="bench")
-        if not jobs:
-            break
-        lifecycle.ack_many([(job.id, job.attempt, None) for job in jobs], worker_id="bench")
-        done += len(jobs)
-    return done / (time.perf_counter() - start)
-
-
 def run(layout: str, retained: int, single: int, fetch: int) -> dict[str, float]:
     from django.conf import settings
 
@@ -92,7 +77,7 @@ def run(layout: str, retained: int, single: int, fetch: int) -> dict[str, float]
     bench_bulk(fetch, 1000)
     out["fetch(100)+ack /s"] = bench_fetch_ack(fetch)
     bench_bulk(fetch, 1000)
-    out["fetch(100)+ack_many /s"] = bench_fetch_ack_many(fetch)
+    out["fetch(100)+ack_many /s"] = bench_fetch_ack(fetch, batched=True)
     settings.OJS_RETENTION = {"completed": 86400, "events": 86400}
     mark = lsn()
     start = time.perf_counter()

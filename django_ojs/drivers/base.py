@@ -165,6 +165,10 @@ class Partitions:
     default: Partition | None
 
 
+#: The lengths a partitioned table's periods can have.
+INTERVALS = ("day", "week", "month")
+
+
 def period_start(moment: datetime, interval: str) -> datetime:
     """The first instant (UTC) of the ``interval`` ("day", "week", "month") holding ``moment``."""
     day = moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)

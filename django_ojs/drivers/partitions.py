@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django_ojs.drivers.base import (
+    INTERVALS,
     Partition,
     Partitions,
     next_start,
@@ -37,9 +38,8 @@ from django_ojs.drivers.base import (
 KEYS = {"ojs_job": "id", "ojs_event": "time"}
 #: Their primary keys (as Django knows them).
 PKS = {"ojs_job": "id", "ojs_event": "seq"}
-INTERVALS = ("day", "week", "month")
 COMMENT = "django_ojs partitions: {interval}"
-_COMMENT_RE = re.compile(r"^django_ojs partitions: (day|week|month)$")
+_COMMENT_RE = re.compile(rf"^django_ojs partitions: ({'|'.join(INTERVALS)})$")
 _BOUNDS_RE = re.compile(r"FROM \('([^']*)'\) TO \('([^']*)'\)")
 
 LAYOUT_SQL = """

@@ -10,6 +10,7 @@ Vendor-specific SQL is behind ``django_ojs.drivers``.
 
 from __future__ import annotations
 
+from django_ojs.drivers.base import INTERVALS as PARTITION_INTERVALS
 from django_ojs.lifecycle.batch import ack_many, fail_many
 from django_ojs.lifecycle.bulkops import ACTIONS as BULK_ACTIONS
 from django_ojs.lifecycle.bulkops import bulk
@@ -31,7 +32,6 @@ from django_ojs.lifecycle.maintenance import (
     recover_dead_workers,
     rescue_expired,
 )
-from django_ojs.lifecycle.partitions import INTERVALS as PARTITION_INTERVALS
 from django_ojs.lifecycle.partitions import TABLES as PARTITION_TABLES
 from django_ojs.lifecycle.partitions import layout as partition_layout
 from django_ojs.lifecycle.partitions import maintain as maintain_partitions

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from django_ojs.drivers import get_driver
 from django_ojs.drivers.base import (
+    INTERVALS,
     Partition,
     Partitions,
     next_start,
@@ -44,7 +45,6 @@ from django_ojs.states import NON_TERMINAL_STATES
 
 #: The tables that can be partitioned, by the name ``ojs_partition`` gives them.
 TABLES = {"jobs": "ojs_job", "events": "ojs_event"}
-INTERVALS = ("day", "week", "month")
 #: The lock one process at a time holds to change partitions.
 LOCK_NAME = "django_ojs.partitions"
 #: Seconds a drop waits for its locks before giving up until the next pass: pushes and
@@ -188,12 +188,11 @@ def maintain(
     return out
 
 
-def _in(part: Partition, using: str) -> QuerySet[Job]:
-    """The jobs of partition ``part`` (created in its period)."""
+def _in(part: Partition, using: str, jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+    """The jobs (of ``jobs``, default all) of partition ``part``: created in its period."""
     assert part.start is not None and part.end is not None
-    return Job.objects.using(using).filter(
-        id__gte=uuid7_floor(part.start), id__lt=uuid7_floor(part.end)
-    )
+    jobs = Job.objects.using(using) if jobs is None else jobs
+    return jobs.filter(id__gte=uuid7_floor(part.start), id__lt=uuid7_floor(part.end))
 
 
 def _few(part: Partition, using: str) -> bool:
@@ -213,7 +212,7 @@ def _kept(part: Partition, using: str, cutoffs: dict[str, datetime | None]) -> Q
     anything = rules[0]
     for rule in rules[1:]:
         anything |= rule
-    prunable = prunable_jobs(using).filter(anything).filter(pk__in=_in(part, using).values("pk"))
+    prunable = _in(part, using, prunable_jobs(using).filter(anything))
     return _in(part, using).exclude(pk__in=prunable.values("pk"))
 
 
