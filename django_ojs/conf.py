@@ -31,6 +31,8 @@ DEFAULT_ERROR_HISTORY_LIMIT = 100
 DEFAULT_EVENT_SOURCE = "ojs://django-ojs"
 #: Write lifecycle events to the event table (the signal is sent either way).
 DEFAULT_STORE_EVENTS = True
+#: Claims wait for their commit to reach disk (PostgreSQL's synchronous_commit for them).
+DEFAULT_CLAIM_SYNCHRONOUS_COMMIT = False
 #: Overrides of the OJS default retry policy (an empty dict keeps the OJS defaults).
 DEFAULT_RETRY_POLICY: dict[str, object] = {}
 #: How often the reaper promotes, expires and rescues (seconds; OJS wants <= 1 s).
@@ -136,6 +138,11 @@ class Settings:
     def STORE_EVENTS(self) -> bool:
         """Write lifecycle events to the event table (signals are sent either way)."""
         return bool(self._get("OJS_STORE_EVENTS", DEFAULT_STORE_EVENTS))
+
+    @property
+    def CLAIM_SYNCHRONOUS_COMMIT(self) -> bool:
+        """Let a fetch's own transaction wait for its claim to be flushed to disk."""
+        return bool(self._get("OJS_CLAIM_SYNCHRONOUS_COMMIT", DEFAULT_CLAIM_SYNCHRONOUS_COMMIT))
 
     @property
     def ADMIN_REFRESH_SECONDS(self) -> int:

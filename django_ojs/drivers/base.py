@@ -226,6 +226,7 @@ class Driver(ABC):
         events: EventMode,
         source: str,
         ids: Sequence[Any] | None = None,
+        durable: bool = True,
     ) -> Written:
         """Atomically move up to ``limit`` available jobs of ``queue`` to ``active``.
 
@@ -241,6 +242,9 @@ class Driver(ABC):
         deadline (the enqueue TTL stops applying). Writes a ``job.started`` event per job.
         ``fields``: load only these job fields (and ``id``); ``None`` loads all. Runs in
         the caller's transaction; exactly one caller gets each job (core §6.5(2)).
+        ``durable=False``: the transaction the claim runs in may commit without waiting
+        for its write to reach disk (a database crash may then undo it, and the job is
+        claimed again); the caller passes it only for a transaction of its own.
         """
 
     @abstractmethod
@@ -280,6 +284,7 @@ class Driver(ABC):
         fields: Sequence[str] | None,
         events: EventMode,
         source: str,
+        durable: bool = True,
     ) -> Written | None:
         """:meth:`claim` from ``queue``, but only when nothing of it is due or limited.
 
@@ -294,7 +299,7 @@ class Driver(ABC):
             return None
         return self.claim(
             queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
-            defaults=defaults, fields=fields, events=events, source=source,
+            defaults=defaults, fields=fields, events=events, source=source, durable=durable,
         )  # fmt: skip
 
     @abstractmethod

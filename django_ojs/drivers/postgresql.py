@@ -298,6 +298,11 @@ LOOK_SQL = f"SELECT {_DUE_SQL},\n       {_LIMITED_SQL}\n"
 # The claim of claim_if_clear: the same look, as a condition the claim checks once
 # (an uncorrelated subquery: PostgreSQL evaluates it one time, before any row).
 _CLEAR_SQL = f"NOT ({_DUE_SQL}\n    OR {_LIMITED_SQL})"
+# A claim that may commit without waiting for the WAL flush (Driver.claim's durable=False):
+# synchronous_commit off for its transaction only (set_config's is_local), set by the
+# claim statement itself, so that a claim outside any transaction stays one statement.
+# An uncorrelated condition: PostgreSQL evaluates it once, before the first row.
+_RELAXED_COMMIT_SQL = "(SELECT set_config('synchronous_commit', 'off', true)) = 'off'"
 WORKER_FIELDS = tuple(Worker._meta.concrete_fields)
 TOUCH_WORKER_SQL = f"""
 INSERT INTO ojs_worker ({", ".join(f'"{f.column}"' for f in WORKER_FIELDS)})
@@ -411,10 +416,12 @@ class PostgreSQLDriver(OrmDriver):
         events: EventMode,
         source: str,
         ids: Sequence[Any] | None = None,
+        durable: bool = True,
     ) -> Written:
         return self._claim(
             queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
             defaults=defaults, fields=fields, events=events, source=source, ids=ids,
+            durable=durable,
         )  # fmt: skip
 
     def claim_if_clear(
@@ -429,6 +436,7 @@ class PostgreSQLDriver(OrmDriver):
         fields: Sequence[str] | None,
         events: EventMode,
         source: str,
+        durable: bool = True,
     ) -> Written | None:
         # One statement: the claim, on the condition that nothing is due or limited. Only
         # an empty result needs the look, to tell an empty queue from a held one. (A job
@@ -437,6 +445,7 @@ class PostgreSQLDriver(OrmDriver):
         written = self._claim(
             queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
             defaults=defaults, fields=fields, events=events, source=source, clear=True,
+            durable=durable,
         )  # fmt: skip
         if written.jobs:
             return written
@@ -457,6 +466,7 @@ class PostgreSQLDriver(OrmDriver):
         source: str,
         ids: Sequence[Any] | None = None,
         clear: bool = False,
+        durable: bool = True,
     ) -> Written:
         params = {
             "ids": list(ids) if ids is not None else None,
@@ -477,6 +487,8 @@ class PostgreSQLDriver(OrmDriver):
         which = "rate_key IS NULL" if ids is None else "id = ANY(%(ids)s)"
         if clear:
             which += f" AND {_CLEAR_SQL}"
+        if not durable:
+            which += f" AND {_RELAXED_COMMIT_SQL}"
         gate = "(q.paused OR q.limits IS NOT NULL)" if ids is None else "q.paused"
         sql = _statement(
             CLAIM_SQL, _events_cte("ev", CLAIM_EVENTS, events), model_fields, events,

@@ -43,6 +43,7 @@ class SQLiteDriver(OrmDriver):
         events: EventMode,
         source: str,
         ids: Sequence[Any] | None = None,
+        durable: bool = True,  # SQLite commits as its own synchronous pragma says
     ) -> Written:
         # Without ids: jobs free of limits, in queues free of limits; with ids: those jobs.
         gate = Q(paused=True) if ids is not None else Q(paused=True) | Q(limits__isnull=False)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from django_ojs import ratelimit
@@ -88,6 +88,11 @@ def fetch(
         "fields": fields,
         "events": mode,
         "source": settings.EVENT_SOURCE,
+        # A claim lost in a database crash leaves its job available: it is claimed again,
+        # as after a worker's crash, and nothing is lost. So a fetch's own transaction
+        # need not wait for its WAL to reach disk (unless OJS_CLAIM_SYNCHRONOUS_COMMIT);
+        # a caller's transaction, holding who knows what else, keeps its own setting.
+        "durable": settings.CLAIM_SYNCHRONOUS_COMMIT or connections[using].in_atomic_block,
     }
 
     def claim(queue: str, limit: int, ids: Sequence[Any] | None = None) -> Written:
