@@ -155,13 +155,21 @@ def update(
     return key
 
 
+_BY_PREFIX_SQL = f"SELECT * FROM {ApiKey._meta.db_table} WHERE prefix = %s"
+
+
 def authenticate(raw: str, *, using: str | None = None) -> ApiKey | None:
     """The active key ``raw`` belongs to, or ``None`` (unknown, wrong secret or revoked)."""
     parts = split_key(raw)
     if parts is None:
         return None
     prefix, secret = parts
-    key = ApiKey.objects.using(_db(using)).filter(prefix=prefix).first()
+    # Every API request runs this lookup (a revoked key must stop working at once, so
+    # it is not cached). Why raw(): ``filter(prefix=…).first()`` is compiled anew on each
+    # call, ordered by the model's ordering, which costs more than the query itself (about
+    # 0.5 ms of a request's 5 ms on the project's machine); the prefix is unique.
+    found = ApiKey.objects.using(_db(using)).raw(_BY_PREFIX_SQL, [prefix])
+    key = next(iter(found), None)
     if key is None or not key.is_active:
         return None
     fingerprint = hashlib.sha256(raw.encode("utf-8")).hexdigest()
