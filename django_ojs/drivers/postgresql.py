@@ -33,7 +33,7 @@ from django_ojs.drivers.base import (
     Written,
 )
 from django_ojs.drivers.orm import OrmDriver
-from django_ojs.models import Job, Worker
+from django_ojs.models import Job, Worker, job_instance
 from django_ojs.policy import Durations
 from django_ojs.states import TERMINAL_STATES
 
@@ -548,7 +548,7 @@ class PostgreSQLDriver(OrmDriver):
             values = list(row[:n])
             for i, field in json_fields:
                 values[i] = field.from_db_value(values[i], None, connection)
-            written.jobs.append(Job.from_db(self.using, attnames, values))
+            written.jobs.append(job_instance(attnames, values, db=self.using))
             if events.returned and row[n] is not None:
                 written.events.append(_event_row(row[n:]))
         return written

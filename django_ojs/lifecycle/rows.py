@@ -10,15 +10,13 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models.base import ModelState
-from django.db.models.signals import post_init, pre_init
 from uuid6 import uuid7
 
 from django_ojs import envelope, middleware, validation
 from django_ojs.conf import settings
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import ValidationError
-from django_ojs.models import Job
+from django_ojs.models import Job, job_instance
 from django_ojs.policy import default_retry_policy, ms_delta
 from django_ojs.retry import RetryPolicy
 from django_ojs.states import JobState
@@ -81,23 +79,7 @@ def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
     }
     for field in _defaulted(values):  # fields added later still get their defaults
         values[field.attname] = field.get_default()
-    return _new_job([values.get(name) for name in _FIELDS])
-
-
-def _new_job(values: list[Any]) -> Job:
-    """An unsaved ``Job`` with ``values`` in :data:`_FIELDS` order.
-
-    What ``Model.__init__`` does with positional values (set each field's attribute, a
-    fresh ``ModelState``) without its per-field ``setattr`` loop, a third of a bulk push's
-    Python time. Receivers of ``pre_init``/``post_init`` for jobs get the full
-    constructor, so their signals are still sent.
-    """
-    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
-        return Job(*values)  # type: ignore[misc]  # positional fields: the stubs cannot follow
-    job: Job = Job.__new__(Job)
-    job.__dict__.update(zip(_FIELDS, values, strict=True))
-    job._state = ModelState()
-    return job
+    return job_instance(_FIELDS, [values.get(name) for name in _FIELDS])
 
 
 @functools.cache

@@ -1,0 +1,55 @@
+"""``models.job_instance`` builds loaded jobs as ``Job.from_db`` does, without ``__init__``."""
+
+from __future__ import annotations
+
+import pytest
+from django.db.models.signals import post_init
+
+from django_ojs.models import Job, job_instance
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+FIELDS = ["id", "type", "queue", "args", "state", "attempt", "started_at"]
+
+
+def loaded(job: Job) -> list[object]:
+    return [getattr(job, name) for name in FIELDS]
+
+
+def test_a_loaded_job_is_what_from_db_builds():
+    saved = JobFactory(active=True, args=[1, {"a": "b"}])
+    fast = job_instance(FIELDS, loaded(saved), db="default")
+    slow = Job.from_db("default", FIELDS, loaded(saved))
+    assert vars(fast).keys() == vars(slow).keys()
+    assert {k: v for k, v in vars(fast).items() if k != "_state"} == {
+        k: v for k, v in vars(slow).items() if k != "_state"
+    }
+    assert (fast._state.adding, fast._state.db) == (False, "default")
+    assert fast.get_deferred_fields() == slow.get_deferred_fields()
+    assert "meta" in fast.get_deferred_fields()
+    assert fast == saved and fast.pk == saved.pk
+
+
+def test_a_deferred_field_of_a_loaded_job_is_read_from_the_database():
+    saved = JobFactory(meta={"k": "v"}, priority=7)
+    fast = job_instance(["id"], [saved.id], db="default")
+    assert fast.meta == {"k": "v"} and fast.priority == 7
+    fast.priority = 9
+    fast.save(update_fields=["priority"])
+    assert Job.objects.get(pk=saved.pk).priority == 9
+
+
+def test_init_receivers_hear_of_loaded_jobs():
+    saved = JobFactory()
+    seen: list[Job] = []
+
+    def receiver(sender: type[Job], instance: Job, **kwargs: object) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Job)
+    try:
+        fast = job_instance(FIELDS, loaded(saved), db="default")
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+    assert seen == [fast] and fast._state.db == "default"
