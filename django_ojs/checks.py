@@ -14,6 +14,10 @@ from django.db import connections
 
 from django_ojs.conf import settings
 
+#: The tag of django-ojs's own checks: ``manage.py check --tag ojs`` runs only them, and
+#: ``ojs_worker`` runs only them when it starts.
+TAG = "ojs"
+
 NUMERIC_SETTINGS = (
     "OJS_VISIBILITY_TIMEOUT",
     "OJS_EXECUTION_TIMEOUT",
@@ -24,7 +28,7 @@ NUMERIC_SETTINGS = (
 )
 
 
-@register()
+@register(TAG)
 def check_database(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: object
 ) -> list[CheckMessage]:
@@ -66,7 +70,7 @@ def check_database(
     return out
 
 
-@register()
+@register(TAG)
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: object
 ) -> list[CheckMessage]:
@@ -89,7 +93,7 @@ def check_settings(
     return out
 
 
-@register()
+@register(TAG)
 def check_http_api(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: object
 ) -> list[CheckMessage]:
