@@ -28,6 +28,13 @@ from tests.factories import JobFactory
 pytestmark = pytest.mark.django_db
 
 
+def made(now: datetime, days: int, **kwargs: object) -> Job:
+    """A job created ``days`` before ``now``, with the UUIDv7 id of that moment."""
+    at = now - timedelta(days=days)
+    job: Job = JobFactory(id=uuid7_at(at), created_at=at, **kwargs)
+    return job
+
+
 def uuid7_at(moment: datetime) -> uuid.UUID:
     """A UUIDv7 of ``moment`` (what a job created then carries as its id)."""
     rand = random.getrandbits(74)
@@ -135,20 +142,15 @@ def test_a_job_period_is_dropped_only_when_retention_lets_every_row_in_it_go(
     monkeypatch.setattr(partitions, "COMPACT_ROWS", 0)  # the rule alone, no compaction
     now = timezone.now()
 
-    def made(days: int, **kwargs: object) -> Job:
-        at = now - timedelta(days=days)
-        job: Job = JobFactory(id=uuid7_at(at), created_at=at, **kwargs)
-        return job
-
     done_at = now - timedelta(days=8)
-    gone = [made(10, state="completed", completed_at=done_at) for _ in range(3)]
-    gone.append(made(10, state="cancelled", cancelled_at=done_at))
+    gone = [made(now, 10, state="completed", completed_at=done_at) for _ in range(3)]
+    gone.append(made(now, 10, state="cancelled", cancelled_at=done_at))
     # Each of these keeps its period: a job still to run, a result kept longer, a
     # discard inside its own (longer) retention.
-    waiting = made(9, state="scheduled", scheduled_at=now + timedelta(days=30))
-    made(9, state="completed", completed_at=done_at)
-    result = made(8, state="completed", completed_at=done_at, result_ttl=timedelta(days=30))
-    discarded = made(12, state="discarded", discarded_at=done_at)
+    waiting = made(now, 9, state="scheduled", scheduled_at=now + timedelta(days=30))
+    made(now, 9, state="completed", completed_at=done_at)
+    result = made(now, 8, state="completed", completed_at=done_at, result_ttl=timedelta(days=30))
+    discarded = made(now, 12, state="discarded", discarded_at=done_at)
     lifecycle.partition_tables(["jobs"], interval="day", premake=1, now=now)
 
     before = lifecycle.partition_layout("jobs")
@@ -177,17 +179,12 @@ def test_an_expired_period_down_to_a_few_kept_rows_moves_them_to_the_default_one
     monkeypatch.setattr(partitions, "COMPACT_ROWS", 2)
     now = timezone.now()
 
-    def made(days: int, **kwargs: object) -> Job:
-        at = now - timedelta(days=days)
-        job: Job = JobFactory(id=uuid7_at(at), created_at=at, **kwargs)
-        return job
-
     done_at = now - timedelta(days=8)
-    waiting = made(9, state="scheduled", scheduled_at=now + timedelta(days=30))
-    expired = made(9, state="completed", completed_at=done_at)
-    dead = made(10, state="discarded", dead_letter=True, discarded_at=done_at)
-    crowded = [made(11, state="completed", completed_at=done_at) for _ in range(2)]
-    crowded.append(made(11, state="retryable", attempt=1, next_attempt_at=now))
+    waiting = made(now, 9, state="scheduled", scheduled_at=now + timedelta(days=30))
+    expired = made(now, 9, state="completed", completed_at=done_at)
+    dead = made(now, 10, state="discarded", dead_letter=True, discarded_at=done_at)
+    crowded = [made(now, 11, state="completed", completed_at=done_at) for _ in range(2)]
+    crowded.append(made(now, 11, state="retryable", attempt=1, next_attempt_at=now))
     lifecycle.partition_tables(["jobs"], interval="day", premake=1, now=now)
 
     done = reaper.maintain_partitions(now=now)
