@@ -252,9 +252,9 @@ ENQUEUE_EVENTS = _event_select(
     "pushed",
 )
 _PUSHED_CTE = """WITH pushed AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(queues)s::text[],
-                         %(states)s::text[], %(priorities)s::int[],
-                         %(scheduled)s::timestamptz[], %(metas)s::jsonb[])
+    SELECT * FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(queues)b::text[],
+                         %(states)b::text[], %(priorities)b::int[],
+                         %(scheduled)b::timestamptz[], %(metas)b::jsonb[])
         AS j(id, type, queue, state, priority, scheduled_at, meta)
 )"""
 #: The events of a bulk push, stored (nobody wants them back).
@@ -779,7 +779,9 @@ def _job_values(job: Job) -> list[Any]:
     values = [fields[name] for name in _JOB_ATTNAMES]
     for i in _JSON_JOB_COLUMNS:
         if values[i] is not None:
-            values[i] = Jsonb(values[i], dumps=_dumps)
+            # JSON text, not a Jsonb wrapper: a str is formatted by psycopg's C code,
+            # a wrapper calls a Python dumper per value (5 per row on the bulk path).
+            values[i] = _dumps(values[i])
     return values
 
 

@@ -69,6 +69,29 @@ def test_bulk_push_copies_and_returns_its_events(received, django_capture_on_com
     assert_signalled_as_stored(received, {"job.enqueued"})
 
 
+#: JSON that COPY's text format and server-side binding must carry unchanged: tab, newline,
+#: carriage return, backslash, COPY's NULL marker and end-of-data line, quotes, non-ASCII.
+AWKWARD = ["a\tb", "c\\d", "e\nf", "\r", "\\N", "\\.", {'k"': "\\"}, "üé€😀", 1.5, None, True]
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_json_values_round_trip_through_the_fast_pushes(count):
+    pushed = django_ojs.enqueue_many(
+        [
+            {"type": "fast.json", "args": AWKWARD, "meta": {"m": "\t\\"}, "tags": ["a\\b"]}
+            for _ in range(count)
+        ]
+    )
+    for job in Job.objects.filter(id__in=[j.id for j in pushed]):
+        assert (job.args, job.meta, job.tags, job.extra, job.errors) == (
+            AWKWARD,
+            {"m": "\t\\"},
+            ["a\\b"],
+            {},
+            [],
+        )
+
+
 def test_fetch_claims_in_one_statement(received, django_capture_on_commit_callbacks):
     django_ojs.enqueue_many([{"type": "fast.fetch", "args": [i]} for i in range(5)])
     received.clear()
