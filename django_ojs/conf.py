@@ -1,7 +1,13 @@
-"""Typed access to the ``OJS_*`` Django settings, read lazily on every access.
+"""Typed access to the ``OJS_*`` Django settings, read lazily and remembered.
 
-Defaults are module constants (``DEFAULT_*``) so docs and code name them once. Nothing is
-cached, so ``override_settings`` works in tests. This module never writes settings.
+Defaults are module constants (``DEFAULT_*``) so docs and code name them once. A setting
+is read from Django's settings once and remembered for as long as Django keeps the same
+settings object: ``override_settings``, ``modify_settings`` and pytest-django's
+``settings`` fixture each put a new one in place, so tests see their changes. Reading a
+setting Django does not define raises and catches an ``AttributeError`` inside
+``getattr``, about a microsecond, and a push or a claim reads several. Assigning to
+``django.conf.settings`` at run time (which Django's documentation advises against) is
+not seen. This module never writes settings.
 """
 
 from __future__ import annotations
@@ -88,11 +94,34 @@ DEFAULT_ENQUEUE_MIDDLEWARE = ["django_ojs.middleware.TraceContextMiddleware"]
 DEFAULT_EXECUTION_MIDDLEWARE = ["django_ojs.middleware.TraceContextMiddleware"]
 
 
+class _Read:
+    """The raw values read from one Django settings object (``_UNSET``: not defined)."""
+
+    holder: object = None
+    values: dict[str, Any] = {}
+
+
+_UNSET = object()
+
+
+def _holder() -> object:
+    # The object behind django.conf.settings, past LazySettings' own attribute lookup.
+    return object.__getattribute__(django_settings, "_wrapped")
+
+
 class Settings:
-    """One typed property per ``OJS_*`` setting. Read on each access."""
+    """One typed property per ``OJS_*`` setting, read once (see the module's docstring)."""
 
     def _get(self, name: str, default: Any) -> Any:
-        return getattr(django_settings, name, default)
+        holder = _holder()
+        if holder is not _Read.holder:
+            _Read.holder, _Read.values = holder, {}
+        values = _Read.values
+        try:
+            value = values[name]
+        except KeyError:
+            value = values[name] = getattr(django_settings, name, _UNSET)
+        return default if value is _UNSET else value
 
     @property
     def DATABASE(self) -> str:
