@@ -482,7 +482,9 @@ class PostgreSQLDriver(OrmDriver):
             "default_heartbeat_ms": defaults.heartbeat_timeout_ms,
             "source": source,
         }
-        model_fields = _model_fields(fields)
+        # The claim order is restored from priority below: always load it (a deferred
+        # field would cost one query per claimed job).
+        model_fields = _model_fields(None if fields is None else [*fields, "priority"])
         # Without ids: jobs free of limits, in queues free of limits; with ids: those jobs.
         which = "rate_key IS NULL" if ids is None else "id = ANY(%(ids)s)"
         if clear:

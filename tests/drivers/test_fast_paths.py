@@ -104,6 +104,18 @@ def test_fetch_claims_in_one_statement(received, django_capture_on_commit_callba
     assert_signalled_as_stored(received, {"job.started"})
 
 
+def test_a_fetch_of_a_few_fields_is_still_one_claim_statement():
+    # The claim sorts what it claimed by priority: asking for other fields must not
+    # defer priority and cost one query per job.
+    django_ojs.enqueue_many([{"type": "fast.few", "args": [i], "priority": i} for i in range(5)])
+    with CaptureQueriesContext(connection) as q:
+        jobs = lifecycle.fetch(["default"], 5, worker_id="w-few", fields=("type",))
+    assert [j.args for j in jobs] == [[4], [3], [2], [1], [0]]  # args: deferred, loaded now
+    claim = [s for s in statements(q) if "SKIP LOCKED" in s]
+    assert len(claim) == 1
+    assert len(statements(q)) == 3  # lazy promotion, worker upsert, claim
+
+
 def test_a_fetch_that_leaves_room_looks_for_limited_jobs_once():
     # A fetch that registers its worker (HTTP): the claim, then one look for
     # rate-limited jobs (none here), in one transaction.
