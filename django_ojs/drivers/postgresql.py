@@ -152,14 +152,14 @@ CLAIM_EVENTS = _event_select(
 # (an ack took 2 ms more to plan with 6 partitions without it).
 COMPLETE_SQL = """
 WITH input AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(results)s::jsonb[])
+    SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(results)b::jsonb[])
         AS t(id, attempt, result)
 ), done AS (
     UPDATE ojs_job AS j SET
         state = 'completed', completed_at = %(now)s, result = input.result, error = NULL,
         visible_until = NULL, timeout_at = NULL, stalled_at = NULL
     FROM input
-    WHERE j.id = input.id AND j.id = ANY(%(ids)s::uuid[]) AND j.state = 'active'
+    WHERE j.id = input.id AND j.id = ANY(%(ids)b::uuid[]) AND j.state = 'active'
       AND (input.attempt IS NULL OR j.attempt = input.attempt)
       AND (%(worker_id)s::text IS NULL OR j.worker_id IS NULL OR j.worker_id = %(worker_id)s)
       AND (NOT %(without_workflow)s OR j.workflow_id IS NULL)
