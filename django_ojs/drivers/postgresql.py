@@ -350,7 +350,7 @@ def _push_one_sql(present: tuple[int, ...], with_event: bool) -> str:
 PREPARE_THRESHOLD = 5
 
 
-def _cursor(connection: Any) -> Any:
+def _cursor(connection: Any, *, binary: bool = False) -> Any:
     """A cursor of ``connection`` (Django's wrapper) that binds parameters on the server.
 
     Django's psycopg 3 backend gives client-side binding cursors (``ClientCursor``) unless
@@ -367,6 +367,10 @@ def _cursor(connection: Any) -> Any:
     parsed and planned once per connection instead of on every call (about 0.1 ms of a
     0.6 ms push). An explicit ``OPTIONS["prepare_threshold"] = None`` (for a
     transaction-mode PgBouncer older than 1.21) is respected.
+
+    ``binary``: rows come back in PostgreSQL's binary format, which psycopg's C loaders
+    read several times faster than text (a text ``timestamptz`` goes through Django's
+    Python loader); ``jsonb`` then arrives decoded (see :meth:`PostgreSQLDriver._load`).
     """
     connection.close_if_health_check_failed()
     connection.ensure_connection()
@@ -376,6 +380,8 @@ def _cursor(connection: Any) -> Any:
         raw_connection.prepare_threshold = PREPARE_THRESHOLD
     with connection.wrap_database_errors:
         raw = psycopg.Cursor(raw_connection)
+    if binary:
+        raw.format = psycopg.pq.Format.BINARY
     if connection.queries_logged:
         return connection.make_debug_cursor(raw)
     return connection.make_cursor(raw)
@@ -536,21 +542,17 @@ class PostgreSQLDriver(OrmDriver):
     ) -> Written:
         # Model.from_db wants the values in the model's field order; the event columns
         # (when asked) follow the job columns in each row.
-        connection = connections[self.using]
-        with _cursor(connection) as cursor:
+        # Binary rows: a claim's 20 columns of timestamps, UUIDs and JSON are read by
+        # psycopg's C loaders, and jsonb arrives decoded with json.loads, which is all
+        # JSONField.from_db_value does for the job's fields (none has a decoder).
+        with _cursor(connections[self.using], binary=True) as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
         n = len(model_fields)
         attnames = [f.attname for f in model_fields]
-        json_fields = [
-            (i, f) for i, f in enumerate(model_fields) if f.get_internal_type() == "JSONField"
-        ]
         written = Written()
         for row in rows:
-            values = list(row[:n])
-            for i, field in json_fields:
-                values[i] = field.from_db_value(values[i], None, connection)
-            written.jobs.append(job_instance(attnames, values, db=self.using))
+            written.jobs.append(job_instance(attnames, row[:n], db=self.using))
             if events.returned and row[n] is not None:
                 written.events.append(_event_row(row[n:]))
         return written
