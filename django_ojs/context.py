@@ -101,7 +101,10 @@ class JobContext:
         self.job_id: str = job_id if job_id is not None else str(self.job.get("id"))
         self.attempt: int = attempt if attempt is not None else int(self.job.get("attempt") or 0)
         self.worker_id = worker_id
-        self.cancelled = threading.Event()
+        # The cancellation Event is made on first use (``cancelled``): most attempts are
+        # never cancelled and most handlers never look, and a worker builds one context
+        # per claimed job in its fetcher thread.
+        self._cancelled: threading.Event | None = None
         self.cancel_reason: str | None = None
         #: The FAIL error the worker records if the handler stops because it was cancelled.
         self.cancel_error: dict[str, Any] | None = None
@@ -152,13 +155,25 @@ class JobContext:
         return list(self.job.get("parent_results") or [])
 
     @property
+    def cancelled(self) -> threading.Event:
+        """The cancellation signal (see the class's attributes)."""
+        event = self._cancelled
+        if event is None:
+            with self._lock:
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+                event = self._cancelled
+        return event
+
+    @property
     def is_cancelled(self) -> bool:
         """True once the handler has been asked to stop."""
-        return self.cancelled.is_set()
+        event = self._cancelled  # only cancel() sets it, and makes it first if need be
+        return event is not None and event.is_set()
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`JobCancelled` if the handler has been asked to stop."""
-        if self.cancelled.is_set():
+        if self.is_cancelled:
             raise JobCancelled(self.cancel_reason or "cancelled")
 
     def heartbeat(self) -> bool:
@@ -170,7 +185,7 @@ class JobContext:
         """
         if self._beat is not None:
             self._beat()
-        return not self.cancelled.is_set()
+        return not self.is_cancelled
 
     def progress(
         self, value: float, message: str | None = None, data: dict[str, Any] | None = None
@@ -191,7 +206,7 @@ class JobContext:
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (from another thread) when the handler is asked to stop."""
         with self._lock:
-            if not self.cancelled.is_set():
+            if not self.is_cancelled:
                 self._on_cancel.append(callback)
                 return
         callback()
@@ -204,12 +219,14 @@ class JobContext:
         ``error`` is what the attempt fails with if the handler gives up because of it.
         """
         with self._lock:
-            if self.cancelled.is_set():
+            if self.is_cancelled:
                 return
             self.cancel_reason = reason
             self.cancel_error = error
             self.cancel_requeue = requeue
-            self.cancelled.set()
+            if self._cancelled is None:
+                self._cancelled = threading.Event()
+            self._cancelled.set()
             callbacks, self._on_cancel = self._on_cancel, []
         for callback in callbacks:
             # A failing callback (a closed event loop) must not break the worker.

@@ -249,6 +249,23 @@ def test_context__heartbeat_reports_cancellation_and_callbacks_run_once():
         ctx.raise_if_cancelled()
 
 
+def test_context__the_cancellation_event_is_one_and_wakes_a_waiting_handler():
+    import threading
+
+    ctx = JobContext({"id": "x", "attempt": 1})
+    assert not ctx.is_cancelled and ctx.cancelled is ctx.cancelled  # one Event, made once
+    woke = []
+    waiter = threading.Thread(target=lambda: woke.append(ctx.cancelled.wait(30)))
+    waiter.start()
+    ctx.cancel("timeout")
+    waiter.join(30)
+    assert woke == [True]
+    # Cancelled before anyone looked: the Event a handler gets first is already set.
+    early = JobContext({"id": "y", "attempt": 1})
+    early.cancel("shutdown")
+    assert early.cancelled.is_set() and early.is_cancelled
+
+
 def test_context__job_envelope_is_built_lazily():
     calls = []
 
