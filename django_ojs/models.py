@@ -323,6 +323,20 @@ class Job(models.Model):
         )
 
 
+def unsaved_job(values: dict[str, Any]) -> Job:
+    """An unsaved ``Job`` from ``values``, every concrete field's attname and its value.
+
+    What ``Job(**values)`` builds, without its per-field loop (see :func:`job_instance`):
+    a push builds one per job.
+    """
+    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
+        return Job(**values)
+    job: Job = Job.__new__(Job)
+    job.__dict__.update(values)
+    job._state = ModelState()
+    return job
+
+
 def job_instance(attnames: Sequence[str], values: Sequence[Any], *, db: str | None = None) -> Job:
     """A ``Job`` whose ``attnames`` have ``values`` (the other fields deferred).
 

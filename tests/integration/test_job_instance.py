@@ -1,11 +1,12 @@
-"""``models.job_instance`` builds loaded jobs as ``Job.from_db`` does, without ``__init__``."""
+"""``models.job_instance`` and ``models.unsaved_job`` build jobs as ``Job.from_db`` and
+``Job(...)`` do, without ``__init__``'s loop over the fields."""
 
 from __future__ import annotations
 
 import pytest
 from django.db.models.signals import post_init
 
-from django_ojs.models import Job, job_instance
+from django_ojs.models import Job, job_instance, unsaved_job
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -53,3 +54,30 @@ def test_init_receivers_hear_of_loaded_jobs():
     finally:
         post_init.disconnect(receiver, sender=Job)
     assert seen == [fast] and fast._state.db == "default"
+
+
+def test_a_pushed_job_is_what_the_constructor_builds():
+    values = {f.attname: f.get_default() for f in Job._meta.concrete_fields}
+    values.update(type="t.x", queue="default", args=[1], state="available", priority=3)
+    fast, slow = unsaved_job(dict(values)), Job(**values)
+    assert {k: v for k, v in vars(fast).items() if k != "_state"} == {
+        k: v for k, v in vars(slow).items() if k != "_state"
+    }
+    assert fast._state.adding and fast._state.db is None
+    assert not fast.get_deferred_fields()
+
+
+def test_init_receivers_hear_of_pushed_jobs():
+    seen: list[Job] = []
+
+    def receiver(sender: type[Job], instance: Job, **kwargs: object) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Job)
+    try:
+        import django_ojs
+
+        pushed = django_ojs.enqueue_many([{"type": "t.seen", "args": [i]} for i in range(2)])
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+    assert seen[:2] == pushed and [j.args for j in pushed] == [[0], [1]]
