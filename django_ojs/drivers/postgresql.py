@@ -141,10 +141,12 @@ UPDATE ojs_job AS j SET
     stale_at = LEAST(j.expires_at, j.deadline_at)
 FROM next
 WHERE j.id = next.id
-RETURNING j.*
+RETURNING {returning}
 ){events}
 SELECT {columns} FROM claimed AS c{join}
 """
+# What the job.started events read from the claimed rows.
+_CLAIM_EVENT_COLUMNS = ("id", "type", "queue", "state", "attempt", "meta")
 # The job.started events of a claim, built from the rows it claimed: with the claiming
 # worker's id when there is one (the statement is built for either case).
 CLAIM_EVENTS = _event_select("'job.started'", "'attempt', attempt", "claimed")
@@ -511,9 +513,11 @@ class PostgreSQLDriver(OrmDriver):
             which += f" AND {_RELAXED_COMMIT_SQL}"
         gate = "(q.paused OR q.limits IS NOT NULL)" if ids is None else "q.paused"
         claim_events = CLAIM_EVENTS if worker_id is None else CLAIM_EVENTS_OF_WORKER
+        # Only the columns asked for and those the events read, as complete_many does.
+        wanted = dict.fromkeys([*(f.column for f in model_fields), *_CLAIM_EVENT_COLUMNS])
         sql = _statement(
             CLAIM_SQL, _events_cte("ev", claim_events, events), model_fields, events,
-            which=which, gate=gate,
+            which=which, gate=gate, returning=", ".join(f'j."{column}"' for column in wanted),
         )  # fmt: skip
         written = self._load(sql, params, model_fields, events)
         # RETURNING has no order: restore the claim order.
