@@ -6,7 +6,7 @@ state: every write of ``Job.state`` and the fields that move with it is in ``lif
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -323,13 +323,18 @@ class Job(models.Model):
         )
 
 
+def _constructed() -> bool:
+    """Whether jobs must go through their constructor: receivers of its signals listen."""
+    return pre_init.has_listeners(Job) or post_init.has_listeners(Job)
+
+
 def unsaved_job(values: dict[str, Any]) -> Job:
     """An unsaved ``Job`` from ``values``, every concrete field's attname and its value.
 
-    What ``Job(**values)`` builds, without its per-field loop (see :func:`job_instance`):
+    What ``Job(**values)`` builds, without its per-field loop (see :func:`loaded_jobs`):
     a push builds one per job.
     """
-    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
+    if _constructed():
         return Job(**values)
     job: Job = Job.__new__(Job)
     job.__dict__.update(values)
@@ -337,28 +342,27 @@ def unsaved_job(values: dict[str, Any]) -> Job:
     return job
 
 
-def job_instance(attnames: Sequence[str], values: Sequence[Any], *, db: str | None = None) -> Job:
-    """A ``Job`` whose ``attnames`` have ``values`` (the other fields deferred).
+def loaded_jobs(db: str, attnames: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Job]:
+    """The jobs loaded from ``db`` whose ``attnames`` have each row's values (the other
+    fields deferred), as ``Job.from_db`` builds them.
 
-    ``db=None``: an unsaved row, as ``Job(...)`` builds it; else a row loaded from ``db``,
-    as ``Job.from_db`` builds it. Both without ``Model.__init__``'s loop over the 50
-    fields (a third of a bulk push's Python time, and of a worker's per-job time in
-    claims and completions): the values go into the instance's ``__dict__`` in one
-    update, which is all that loop does for plain values, and a field left out reads as
-    deferred, as Django decides from that ``__dict__``. Receivers of ``pre_init`` or
-    ``post_init`` for jobs get the full constructor, so their signals are still sent.
+    Without ``Model.__init__``'s loop over the 50 fields (a third of a worker's per-job
+    time in claims and completions): the values go into each instance's ``__dict__`` in
+    one update, which is all that loop does for plain values, and a field left out reads
+    as deferred, as Django decides from that ``__dict__``. Receivers of ``pre_init`` or
+    ``post_init`` for jobs get ``from_db``, so their signals are still sent.
     """
-    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
-        if db is not None:
-            return Job.from_db(db, list(attnames), list(values))
-        return Job(**dict(zip(attnames, values, strict=True)))
-    job: Job = Job.__new__(Job)
-    job.__dict__.update(zip(attnames, values, strict=True))
-    state = job._state = ModelState()
-    if db is not None:
+    if _constructed():
+        return [Job.from_db(db, list(attnames), list(values)) for values in rows]
+    jobs = []
+    for values in rows:
+        job: Job = Job.__new__(Job)
+        job.__dict__.update(zip(attnames, values, strict=True))
+        state = job._state = ModelState()
         state.adding = False
         state.db = db
-    return job
+        jobs.append(job)
+    return jobs
 
 
 class WorkerQuerySet(models.QuerySet["Worker"]):

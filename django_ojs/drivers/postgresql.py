@@ -33,7 +33,7 @@ from django_ojs.drivers.base import (
     Written,
 )
 from django_ojs.drivers.orm import OrmDriver
-from django_ojs.models import Job, Worker, job_instance
+from django_ojs.models import Job, Worker, loaded_jobs
 from django_ojs.policy import Durations
 from django_ojs.states import TERMINAL_STATES
 
@@ -567,11 +567,9 @@ class PostgreSQLDriver(OrmDriver):
             rows = cursor.fetchall()
         n = len(model_fields)
         attnames = [f.attname for f in model_fields]
-        written = Written()
-        for row in rows:
-            written.jobs.append(job_instance(attnames, row[:n], db=self.using))
-            if events.returned and row[n] is not None:
-                written.events.append(_event_row(row[n:]))
+        written = Written(loaded_jobs(self.using, attnames, [row[:n] for row in rows]))
+        if events.returned:
+            written.events = [_event_row(row[n:]) for row in rows if row[n] is not None]
         return written
 
     def promote_due(

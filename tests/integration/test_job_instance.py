@@ -1,4 +1,4 @@
-"""``models.job_instance`` and ``models.unsaved_job`` build jobs as ``Job.from_db`` and
+"""``models.loaded_jobs`` and ``models.unsaved_job`` build jobs as ``Job.from_db`` and
 ``Job(...)`` do, without ``__init__``'s loop over the fields."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db.models.signals import post_init
 
-from django_ojs.models import Job, job_instance, unsaved_job
+from django_ojs.models import Job, loaded_jobs, unsaved_job
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +20,7 @@ def loaded(job: Job) -> list[object]:
 
 def test_a_loaded_job_is_what_from_db_builds():
     saved = JobFactory(active=True, args=[1, {"a": "b"}])
-    fast = job_instance(FIELDS, loaded(saved), db="default")
+    (fast,) = loaded_jobs("default", FIELDS, [loaded(saved)])
     slow = Job.from_db("default", FIELDS, loaded(saved))
     assert vars(fast).keys() == vars(slow).keys()
     assert {k: v for k, v in vars(fast).items() if k != "_state"} == {
@@ -34,7 +34,7 @@ def test_a_loaded_job_is_what_from_db_builds():
 
 def test_a_deferred_field_of_a_loaded_job_is_read_from_the_database():
     saved = JobFactory(meta={"k": "v"}, priority=7)
-    fast = job_instance(["id"], [saved.id], db="default")
+    (fast,) = loaded_jobs("default", ["id"], [[saved.id]])
     assert fast.meta == {"k": "v"} and fast.priority == 7
     fast.priority = 9
     fast.save(update_fields=["priority"])
@@ -50,7 +50,7 @@ def test_init_receivers_hear_of_loaded_jobs():
 
     post_init.connect(receiver, sender=Job)
     try:
-        fast = job_instance(FIELDS, loaded(saved), db="default")
+        (fast,) = loaded_jobs("default", FIELDS, [loaded(saved)])
     finally:
         post_init.disconnect(receiver, sender=Job)
     assert seen == [fast] and fast._state.db == "default"
