@@ -94,14 +94,11 @@ DEFAULT_ENQUEUE_MIDDLEWARE = ["django_ojs.middleware.TraceContextMiddleware"]
 DEFAULT_EXECUTION_MIDDLEWARE = ["django_ojs.middleware.TraceContextMiddleware"]
 
 
-class _Read:
-    """The raw values read from one Django settings object (``_UNSET``: not defined)."""
-
-    holder: object = None
-    values: dict[str, Any] = {}
-
-
 _UNSET = object()
+#: The Django settings object last read, and the raw values read from it (``_UNSET``: not
+#: defined). One tuple, replaced whole, so a thread never pairs one object's values with
+#: another object.
+_read: tuple[object, dict[str, Any]] = (None, {})
 
 
 def _holder() -> object:
@@ -113,10 +110,12 @@ class Settings:
     """One typed property per ``OJS_*`` setting, read once (see the module's docstring)."""
 
     def _get(self, name: str, default: Any) -> Any:
+        global _read
         holder = _holder()
-        if holder is not _Read.holder:
-            _Read.holder, _Read.values = holder, {}
-        values = _Read.values
+        read_from, values = _read
+        if read_from is not holder:
+            values = {}
+            _read = (holder, values)
         try:
             value = values[name]
         except KeyError:

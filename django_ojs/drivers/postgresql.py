@@ -348,6 +348,14 @@ def _statement(
     return template.format(events=events_cte, columns=columns, join=join, **extra)
 
 
+def _returning(model_fields: list[Any], event_columns: Sequence[str]) -> str:
+    """The ``RETURNING`` list of a claim or a completion: the columns asked for and those
+    its events read. A worker asks for a few columns, and carrying whole rows (args,
+    meta, errors…) through the statement's CTE costs."""
+    wanted = dict.fromkeys([*(f.column for f in model_fields), *event_columns])
+    return ", ".join(f'j."{column}"' for column in wanted)
+
+
 @functools.lru_cache(maxsize=64)
 def _push_one_sql(present: tuple[int, ...], with_event: bool) -> str:
     """PUSH_ONE_SQL for the job columns at ``present`` (non-NULL values)."""
@@ -513,11 +521,9 @@ class PostgreSQLDriver(OrmDriver):
             which += f" AND {_RELAXED_COMMIT_SQL}"
         gate = "(q.paused OR q.limits IS NOT NULL)" if ids is None else "q.paused"
         claim_events = CLAIM_EVENTS if worker_id is None else CLAIM_EVENTS_OF_WORKER
-        # Only the columns asked for and those the events read, as complete_many does.
-        wanted = dict.fromkeys([*(f.column for f in model_fields), *_CLAIM_EVENT_COLUMNS])
         sql = _statement(
             CLAIM_SQL, _events_cte("ev", claim_events, events), model_fields, events,
-            which=which, gate=gate, returning=", ".join(f'j."{column}"' for column in wanted),
+            which=which, gate=gate, returning=_returning(model_fields, _CLAIM_EVENT_COLUMNS),
         )  # fmt: skip
         written = self._load(sql, params, model_fields, events)
         # RETURNING has no order: restore the claim order.
@@ -545,12 +551,9 @@ class PostgreSQLDriver(OrmDriver):
             "source": source,
         }
         model_fields = _model_fields(fields)
-        # Only the columns asked for and those the events read: a worker's batch asks for
-        # ids, and carrying whole rows (args, meta, errors…) through the CTE costs.
-        wanted = dict.fromkeys([*(f.column for f in model_fields), *_COMPLETE_EVENT_COLUMNS])
         sql = _statement(
             COMPLETE_SQL, _events_cte("ev", COMPLETE_EVENTS, events), model_fields, events,
-            returning=", ".join(f'j."{column}"' for column in wanted),
+            returning=_returning(model_fields, _COMPLETE_EVENT_COLUMNS),
         )  # fmt: skip
         return self._load(sql, params, model_fields, events)
 

@@ -82,7 +82,9 @@ def test_json_values_round_trip_through_the_fast_pushes(count):
             for _ in range(count)
         ]
     )
-    for job in Job.objects.filter(id__in=[j.id for j in pushed]):
+    stored = list(Job.objects.filter(id__in=[j.id for j in pushed]))
+    assert len(stored) == count
+    for job in stored:
         assert (job.args, job.meta, job.tags, job.extra, job.errors) == (
             AWKWARD,
             {"m": "\t\\"},

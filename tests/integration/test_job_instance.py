@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import pytest
+from django.db import models
 from django.db.models.signals import post_init
 
+import django_ojs
 from django_ojs.models import Job, loaded_jobs, unsaved_job
 from tests.factories import JobFactory
 
@@ -75,9 +77,16 @@ def test_init_receivers_hear_of_pushed_jobs():
 
     post_init.connect(receiver, sender=Job)
     try:
-        import django_ojs
-
         pushed = django_ojs.enqueue_many([{"type": "t.seen", "args": [i]} for i in range(2)])
     finally:
         post_init.disconnect(receiver, sender=Job)
     assert seen[:2] == pushed and [j.args for j in pushed] == [[0], [1]]
+
+
+def test_no_json_field_of_a_job_has_a_decoder():
+    # Claims and completions read rows in binary: PostgreSQL's jsonb arrives decoded by
+    # json.loads, and JSONField.from_db_value is not called. A custom decoder would be
+    # skipped, so there must be none (drivers/postgresql.py, PostgreSQLDriver._load).
+    json_fields = [f for f in Job._meta.concrete_fields if isinstance(f, models.JSONField)]
+    assert len(json_fields) >= 5
+    assert [f.name for f in json_fields if f.decoder is not None] == []

@@ -124,3 +124,21 @@ def test_attempt__deadlines_are_the_stored_ones_on_the_monotonic_clock():
     assert (attempt.timeout, attempt.grace) == (3.0, 2.0)  # reported in timeout errors
     assert attempt.elapsed() >= 10.0
     assert attempt.hard_at < time.monotonic()  # overdue: the supervisor acts at once
+
+
+def test_thread_pool__a_stop_while_runners_are_still_starting_ends_every_runner():
+    import threading
+    import time
+
+    from django_ojs.worker.pool import ThreadPool
+
+    pool = ThreadPool(200, lambda attempt, outcome: None, name="ojs-runner-stoptest")
+    pool.start()
+    pool.stop()  # at once: the starter may still be starting runners
+    deadline = time.monotonic() + 120  # a wait for the threads to end, not a speed check
+    alive = [t for t in threading.enumerate() if t.name.startswith("ojs-runner-stoptest")]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [t for t in threading.enumerate() if t.name.startswith("ojs-runner-stoptest")]
+    assert alive == []
+    assert pool._count <= 200
