@@ -162,6 +162,12 @@ CLAIM_EVENTS_OF_WORKER = _event_select(
 # ``j.id = ANY(ids)`` repeats the join's condition as one the planner can use before
 # the join: on the partitioned layout it then plans only the partitions of those ids
 # (an ack took 2 ms more to plan with 6 partitions without it).
+# ``state IS NOT DISTINCT FROM 'active'`` is ``state = 'active'`` (the constant is not
+# NULL) in a form no index serves: the jobs are then read by primary key. With
+# ``state = 'active'``, a table without column statistics (new, or truncated, until
+# autovacuum analyses it) was read through ojs_job_active_idx, which keeps an entry for
+# every job claimed since the last vacuum: each ACK read them all, and a 30,000-job drain
+# ran 2.4 times slower (6,600 against 15,600 jobs/s).
 COMPLETE_SQL = """
 WITH input AS (
     SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(results)b::jsonb[])
@@ -171,7 +177,8 @@ WITH input AS (
         state = 'completed', completed_at = %(now)s, result = input.result, error = NULL,
         visible_until = NULL, timeout_at = NULL, stalled_at = NULL
     FROM input
-    WHERE j.id = input.id AND j.id = ANY(%(ids)b::uuid[]) AND j.state = 'active'
+    WHERE j.id = input.id AND j.id = ANY(%(ids)b::uuid[])
+      AND j.state IS NOT DISTINCT FROM 'active'
       AND (input.attempt IS NULL OR j.attempt = input.attempt)
       AND (%(worker_id)s::text IS NULL OR j.worker_id IS NULL OR j.worker_id = %(worker_id)s)
       AND (NOT %(without_workflow)s OR j.workflow_id IS NULL)
