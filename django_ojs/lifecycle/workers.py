@@ -185,7 +185,7 @@ def beat(
                 .filter(id__in=ids, state=JobState.ACTIVE)
                 .filter(Q(worker_id=worker_id) | Q(worker_id__isnull=True))
                 .only("id", "type", "queue", "state", "meta", "attempt", "visibility_timeout_ms",
-                      "heartbeat_timeout_ms")
+                      "heartbeat_timeout_ms", "timeout_ms", "grace_period_ms")  # what effective reads
             )  # fmt: skip
             groups: dict[tuple[int, int], list[Job]] = defaultdict(list)
             defaults = configured()

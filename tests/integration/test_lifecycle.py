@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from uuid6 import uuid7
 
@@ -668,6 +669,18 @@ def test_beat__extends_only_jobs_this_worker_holds():
     assert stored.heartbeat_at >= beat.server_time - timedelta(seconds=1)
     assert Job.objects.get(pk=theirs.pk).visible_until < stored.visible_until
     assert Event.objects.filter(type="job.heartbeat", job_id=mine.id).exists()
+
+
+def test_beat__costs_the_same_statements_for_one_job_or_many(django_assert_max_num_queries):
+    # Each job's own timeouts are read with the others, not loaded one field at a time.
+    django_ojs.enqueue_many([{"type": "a", "args": [i]} for i in range(12)])
+    one = claim_one(worker_id="w1")
+    many = lifecycle.fetch(["default"], 11, worker_id="w2")
+    with CaptureQueriesContext(connection) as single:
+        lifecycle.beat("w1", active_job_ids=[one.id])
+    with django_assert_max_num_queries(len(single.captured_queries)):
+        beat = lifecycle.beat("w2", active_job_ids=[j.id for j in many])
+    assert len(beat.jobs_extended) == 11
 
 
 def test_beat__job_visibility_used_when_request_has_none():
