@@ -130,9 +130,9 @@ def fail_many(
     now = timezone.now()
     with transaction.atomic(using=using):
         jobs = get_driver(using).lock_rows(
-            Job.objects.using(using).filter(
-                id__in=list(wanted), state=JobState.ACTIVE, worker_id=worker_id
-            ),
+            Job.objects.using(using)
+            .filter(id__in=list(wanted), state=JobState.ACTIVE, worker_id=worker_id)
+            .order_by("id"),  # the order an ACK or a heartbeat locks jobs in
             limit=len(wanted),
             skip_locked=False,
         )
