@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from django.db import OperationalError, connections, transaction
 from django.db.models import QuerySet
+from psycopg.adapt import Loader
 from psycopg.types.json import Jsonb
 
 from django_ojs import resilience
@@ -411,9 +412,27 @@ def _cursor(connection: Any, *, binary: bool = False) -> Any:
         raw = psycopg.Cursor(raw_connection)
     if binary:
         raw.format = psycopg.pq.Format.BINARY
+        raw.adapters.register_loader("jsonb", _JsonbBinaryLoader)
     if connection.queries_logged:
         return connection.make_debug_cursor(raw)
     return connection.make_cursor(raw)
+
+
+class _JsonbBinaryLoader(Loader):
+    """``jsonb`` in the binary format (a version byte, then the JSON text), decoded.
+
+    psycopg's own loader hands ``json.loads`` bytes, which it first decodes after
+    guessing their encoding: 2.1 µs for a job's ``args`` and as much for its usually
+    empty ``meta``, against 0.9 µs here (a claim of 500 reads 1,000 of them).
+    """
+
+    format = psycopg.pq.Format.BINARY
+
+    def load(self, data: Any) -> Any:
+        if data[0] != 1:
+            raise psycopg.DataError(f"unknown jsonb binary format: {data[0]}")
+        text = bytes(data[1:]).decode()
+        return {} if text == "{}" else json.loads(text)
 
 
 def _may_prepare(connection: Any) -> bool:

@@ -94,6 +94,24 @@ def test_json_values_round_trip_through_the_fast_pushes(count):
         )
 
 
+@pytest.mark.parametrize(
+    "meta", [{}, {"m": "\t\\", "trace_id": "t-1", "n": [1, {"x": None}]}], ids=["empty", "full"]
+)
+def test_json_values_round_trip_through_the_binary_claim_and_completion(meta):
+    django_ojs.enqueue("fast.json", AWKWARD, meta=meta)
+    django_ojs.enqueue("fast.json", [], meta=meta)
+    claimed = lifecycle.fetch(["default"], 2, worker_id="w-json", fields=["args", "meta"])
+    assert sorted((j.args, j.meta) for j in claimed) == [([], meta), (AWKWARD, meta)]
+    done = lifecycle.ack_many(
+        [(j.id, j.attempt, {"r": AWKWARD, "e": {}}) for j in claimed], worker_id="w-json"
+    )
+    assert len(done) == 2
+    for job in Job.objects.filter(id__in=done):
+        assert (job.result, job.meta) == ({"r": AWKWARD, "e": {}}, meta)
+    started = Event.objects.filter(type="job.started", job_id__in=done)
+    assert {e.data.get("trace_id") for e in started} == {meta.get("trace_id")}
+
+
 def test_fetch_claims_in_one_statement(received, django_capture_on_commit_callbacks):
     django_ojs.enqueue_many([{"type": "fast.fetch", "args": [i]} for i in range(5)])
     received.clear()
