@@ -334,12 +334,21 @@ def unsaved_job(values: dict[str, Any]) -> Job:
     What ``Job(**values)`` builds, without its per-field loop (see :func:`loaded_jobs`):
     a push builds one per job.
     """
+    return unsaved_jobs([values])[0]
+
+
+def unsaved_jobs(rows: Iterable[dict[str, Any]]) -> list[Job]:
+    """:func:`unsaved_job` of each of ``rows``, asking once whether receivers listen."""
     if _constructed():
-        return Job(**values)
-    job: Job = Job.__new__(Job)
-    job.__dict__.update(values)
-    job._state = ModelState()
-    return job
+        return [Job(**values) for values in rows]
+    new = Job.__new__
+    jobs = []
+    for values in rows:
+        job: Job = new(Job)
+        job.__dict__.update(values)
+        job._state = ModelState()
+        jobs.append(job)
+    return jobs
 
 
 def loaded_jobs(db: str, attnames: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Job]:

@@ -173,6 +173,8 @@ def check_json(value: Any, path: str, *, max_depth: int | None = None) -> Any:
     """
     if not isinstance(value, list | tuple | dict):
         return _scalar(value, (path,))
+    if not value:  # most jobs' meta and extra: nothing to check
+        return {} if isinstance(value, dict) else []
     limit = max_depth  # the setting is read only for nested input (a flat list is common)
     unstorable = _UNSTORABLE.search
     root: list[Any] = [None]
@@ -246,6 +248,10 @@ def _has_newline(value: Any) -> bool:
     return False
 
 
+#: Compact JSON, UTF-8 kept: one encoder, not one per ``json.dumps`` call with options.
+_COMPACT_UTF8 = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def validate_meta(value: Any, *, field: str = "meta") -> dict[str, Any]:
     """Job metadata (OJS security §8.3): an object of JSON values; ``None`` is ``{}``.
 
@@ -271,7 +277,7 @@ def validate_meta(value: Any, *, field: str = "meta") -> dict[str, Any]:
                 f"{field}.{key} must not contain newline characters (\\r or \\n)",
                 field=f"{field}.{key}",
             )
-    size = len(json.dumps(meta, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    size = len(_COMPACT_UTF8.encode(meta).encode("utf-8"))
     if size > MAX_META_BYTES:
         raise EnvelopeTooLarge(
             f"{field} is {size} bytes; the limit is {MAX_META_BYTES} bytes (64 KiB)",

@@ -18,7 +18,13 @@ from django_ojs.drivers import EventMode, enqueue_event, get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import DuplicateJob, ValidationError
 from django_ojs.lifecycle import events
-from django_ojs.lifecycle.rows import build_spec, check_types, job_row, through_middleware
+from django_ojs.lifecycle.rows import (
+    build_spec,
+    check_types,
+    job_row,
+    job_rows,
+    through_middleware,
+)
 from django_ojs.lifecycle.settle import cancel
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Job
@@ -56,7 +62,7 @@ def push_many(
         if any(out is not spec for spec, out in zip(specs, survivors, strict=True)):
             check_types(survivors)
         specs = survivors
-    rows = [job_row(spec, now, default_max_attempts) for spec in specs]
+    rows = job_rows(specs, now, default_max_attempts)
     if not rows:
         return []
     given = [row.id for row in rows if row.id in given_ids]

@@ -5,7 +5,6 @@ Shared by plain pushes (:mod:`.push`) and workflows (:mod:`.workflows`), below b
 
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,7 +15,7 @@ from django_ojs import envelope, middleware, validation
 from django_ojs.conf import settings
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import ValidationError
-from django_ojs.models import Job, unsaved_job
+from django_ojs.models import Job, unsaved_job, unsaved_jobs
 from django_ojs.policy import default_retry_policy, ms_delta
 from django_ojs.retry import RetryPolicy
 from django_ojs.states import JobState
@@ -34,6 +33,16 @@ _BLANK = dict.fromkeys(f.attname for f in Job._meta.concrete_fields)
 
 def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
     """The unsaved row a push inserts for ``spec`` (its state follows the schedule)."""
+    return unsaved_job(_values(spec, now, default_max_attempts))
+
+
+def job_rows(specs: list[JobSpec], now: datetime, default_max_attempts: int) -> list[Job]:
+    """:func:`job_row` of each of ``specs``."""
+    return unsaved_jobs([_values(spec, now, default_max_attempts) for spec in specs])
+
+
+def _values(spec: JobSpec, now: datetime, default_max_attempts: int) -> dict[str, Any]:
+    """Every concrete field of the row ``spec`` makes, by attname."""
     if spec.pending:  # digest §8.34: pending wins over a future scheduled_at
         state = JobState.PENDING.value
     elif spec.scheduled_at is not None and spec.scheduled_at > now:
@@ -81,16 +90,20 @@ def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
     row.update(values)
     for field in _defaulted(values):  # fields added later still get their defaults
         row[field.attname] = field.get_default()
-    return unsaved_job(row)
+    return row
 
 
-@functools.cache
-def _defaulted_fields(names: frozenset[str]) -> list[Any]:
-    return [f for f in Job._meta.concrete_fields if f.has_default() and f.attname not in names]
+#: The fields :func:`_values` leaves to their defaults (its keys never change).
+_left_to_default: list[Any] | None = None
 
 
 def _defaulted(values: dict[str, Any]) -> list[Any]:
-    return _defaulted_fields(frozenset(values))
+    global _left_to_default
+    if _left_to_default is None:
+        _left_to_default = [
+            f for f in Job._meta.concrete_fields if f.has_default() and f.attname not in values
+        ]
+    return _left_to_default
 
 
 def _result_ttl(seconds: int | None) -> timedelta | None:

@@ -8,7 +8,7 @@ import pytest
 
 from django_ojs import validation
 from django_ojs.envelope import build
-from django_ojs.exceptions import NotStorable, ValidationError
+from django_ojs.exceptions import EnvelopeTooLarge, NotStorable, ValidationError
 from django_ojs.retry import parse_duration
 
 
@@ -251,3 +251,20 @@ def test_check_text__an_unstorable_string_is_a_not_storable_validation_error():
     with pytest.raises(NotStorable) as caught:
         validation.check_json({"a": ["\x00"]}, "result")
     assert isinstance(caught.value, ValidationError) and caught.value.field == "result.a[0]"
+
+
+@pytest.mark.parametrize("empty", [{}, [], ()])
+def test_check_json__an_empty_container_comes_back_as_a_new_one(empty):
+    checked = validation.check_json(empty, "extra")
+    assert checked == ({} if isinstance(empty, dict) else [])
+    assert checked is not empty
+    checked.append(1) if isinstance(checked, list) else checked.update(k=1)
+    assert not empty  # the caller's value is left alone
+
+
+def test_build__the_size_limit_counts_the_compact_json_of_args_meta_extra_and_unique():
+    exact = len('[["xx"],{},{},null]') + len("t.size")
+    assert build("t.size", ["xx"], max_bytes=exact).args == ["xx"]
+    with pytest.raises(EnvelopeTooLarge) as info:
+        build("t.size", ["xx"], max_bytes=exact - 1)
+    assert info.value.details == {"size": exact, "limit": exact - 1}
