@@ -129,16 +129,16 @@ def fail_many(
         return done
     now = timezone.now()
     with transaction.atomic(using=using):
+        # Locked by primary key alone, in id order (as a heartbeat locks them); state,
+        # reservation and attempt are checked on the locked rows (see lifecycle.beat).
         jobs = get_driver(using).lock_rows(
-            Job.objects.using(using)
-            .filter(id__in=list(wanted), state=JobState.ACTIVE, worker_id=worker_id)
-            .order_by("id"),  # the order an ACK or a heartbeat locks jobs in
+            Job.objects.using(using).filter(id__in=list(wanted)).order_by("id"),
             limit=len(wanted),
             skip_locked=False,
         )
         for job in jobs:
             attempt, error, requeue = wanted[job.id]
-            if job.attempt != attempt:
+            if job.state != JobState.ACTIVE or job.worker_id != worker_id or job.attempt != attempt:
                 continue
             try:
                 entry = failure.entry(error, attempt=job.attempt, now=now, sanitize=True)
