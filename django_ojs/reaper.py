@@ -36,6 +36,8 @@ class PassResult:
     cron_fired: int = 0
     cron_skipped: int = 0
     pruned: dict[str, int] = field(default_factory=dict)
+    #: Job tables analysed because their statistics were badly out of date (PostgreSQL).
+    analyzed: list[str] = field(default_factory=list)
 
     @property
     def moved(self) -> int:
@@ -49,6 +51,16 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
     # Cron needs no leader: each slot is taken with a compare-and-set (lifecycle/cron.py),
     # so every reaper and worker evaluates, and a dead one loses no slot.
     result.cron_fired, result.cron_skipped = lifecycle.fire_due_cron(using=using)
+    # First, so that this pass's statements and the workers' next claims are planned on
+    # statistics of the table as it is.
+    with lifecycle.lead(LOCK_NAME, using=using) as leader:
+        if leader:
+            result.analyzed = lifecycle.refresh_statistics(using=using)
+    if result.analyzed:
+        logger.info(
+            "analysed %s: more rows changed since its last analysis than it then held",
+            ", ".join(result.analyzed),
+        )
     steps = [
         ("promoted", lifecycle.promote_due),
         ("expired", lifecycle.expire_stale),

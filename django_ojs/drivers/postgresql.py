@@ -115,6 +115,10 @@ def _events_cte(name: str, select: str, mode: EventMode) -> str:
 # Paused queues are excluded in the same statement, and jobs past their stale_at (expiry,
 # enqueue TTL, total timeout) are left for the reaper to discard. The deadlines follow
 # policy.effective: the job's value, else the configured default (all in ms).
+# The claimed rows are updated through ``id = ANY(ARRAY(SELECT id FROM next))``, which
+# only the primary key serves, not a join to ``next``: for the join, PostgreSQL's plans
+# read the whole table into a hash (with 50,000 jobs waiting, a claim of 500 took 31 ms
+# instead of 20 ms, and a prepared claim of one job 12 ms instead of 1 ms).
 CLAIM_SQL = """
 WITH next AS (
     SELECT id FROM ojs_job
@@ -140,8 +144,7 @@ UPDATE ojs_job AS j SET
     stalled_at = %(now)s + make_interval(
         secs => COALESCE(j.heartbeat_timeout_ms, %(default_heartbeat_ms)s) / 1000.0),
     stale_at = LEAST(j.expires_at, j.deadline_at)
-FROM next
-WHERE j.id = next.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM next))
 RETURNING {returning}
 ){events}
 SELECT {columns} FROM claimed AS c{join}
@@ -335,6 +338,21 @@ WHERE state = 'available' AND queue = %(queue)s
   AND (stale_at IS NULL OR stale_at > %(now)s)
 ORDER BY priority DESC, id
 LIMIT %(limit)s
+"""
+
+# Why raw SQL: the planner's statistics are only in PostgreSQL's catalog. The job table
+# (or its partitions) when more rows changed since the last analysis than it held then:
+# autovacuum analyses a table after 10 % of it changed, but only a minute or more later,
+# and a table filled in the meantime keeps the statistics of the empty one. Planned on
+# those, a claim read every available job through ojs_job_state_queue_idx and sorted
+# them to take the first 500 (40 ms instead of 20 ms with 50,000 waiting; 33 ms instead
+# of 1 ms for one job with 100,000).
+STALE_JOB_TABLES_SQL = r"""
+SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.relname ~ '^ojs_job(_p\d{8}|_default)?$' AND c.relkind = 'r'
+  AND pg_catalog.pg_table_is_visible(s.relid)
+  AND s.n_mod_since_analyze >= GREATEST(%(min_changes)s, c.reltuples)
+ORDER BY s.relname
 """
 
 # Why raw SQL: LISTEN has no ORM equivalent.
@@ -756,6 +774,14 @@ class PostgreSQLDriver(OrmDriver):
             return
         with _cursor(connections[self.using]) as cursor:
             cursor.execute(LOCK_KEYS_SQL, [sorted(set(keys))])
+
+    def refresh_statistics(self, *, min_changes: int) -> list[str]:
+        with _cursor(connections[self.using]) as cursor:
+            cursor.execute(STALE_JOB_TABLES_SQL, {"min_changes": min_changes})
+            stale = [name for (name,) in cursor.fetchall()]
+            for name in stale:  # names from the catalog, matched by the pattern above
+                cursor.execute(f'ANALYZE "{name}"')
+        return stale
 
     def try_lock(self, name: str) -> bool:
         with _cursor(connections[self.using]) as cursor:

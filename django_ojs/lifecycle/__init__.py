@@ -30,6 +30,7 @@ from django_ojs.lifecycle.maintenance import (
     prune,
     purge_all,
     recover_dead_workers,
+    refresh_statistics,
     rescue_expired,
 )
 from django_ojs.lifecycle.partitions import TABLES as PARTITION_TABLES
@@ -123,6 +124,7 @@ __all__ = [
     "rate_limit_keys",
     "rate_limit_status",
     "recover_dead_workers",
+    "refresh_statistics",
     "register",
     "register_cron",
     "report_progress",

@@ -376,6 +376,24 @@ def _delete(rows: QuerySet[Any], limit: int | None) -> int:
     return int(rows.model._default_manager.using(rows.db).filter(pk__in=ids).delete()[0])
 
 
+#: Changes since the last analysis below which the job table is left to autovacuum.
+STATISTICS_MIN_CHANGES = 1_000
+
+
+def refresh_statistics(*, using: str | None = None) -> list[str]:
+    """Analyse the job tables whose statistics are badly out of date (PostgreSQL).
+
+    Autovacuum analyses a table once a tenth of it changed, but a minute or more later;
+    a table filled in seconds (a new deployment, a backfill, a burst after a quiet spell)
+    is planned on the statistics of the empty one until then, and claims read every
+    waiting job to find the first ones. The reaper asks each pass; a table is analysed
+    when more rows changed than it held at its last analysis (and at least
+    ``STATISTICS_MIN_CHANGES``), which autovacuum keeps from happening on a live system.
+    Returns the tables analysed.
+    """
+    return get_driver(db(using)).refresh_statistics(min_changes=STATISTICS_MIN_CHANGES)
+
+
 def purge_all(*, using: str | None = None) -> dict[str, int]:
     """Delete every job, workflow, event, worker and queue row: an empty job store.
 

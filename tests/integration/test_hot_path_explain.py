@@ -103,6 +103,7 @@ def seq_scans(sql: str, params: object) -> list[str]:
             and kind in ("Index Scan", "Index Only Scan", "Bitmap Index Scan")
             and "Index Cond" not in node
             and index not in partial
+            and (_big(table) or index.startswith(BIG))  # not the catalog's own
         ):
             found.append(f"{kind} using {index}, no condition")
         for child in node.get("Plans", []):

@@ -139,3 +139,56 @@ def test_worker__runs_the_reaper_unless_told_not_to(wait_until, settings):
     finally:
         quiet.terminate()
         thread.join(10)
+
+
+def _changes_since_analysis() -> int:
+    """ojs_job's count of changed rows since its last analysis, once this backend's
+    counters reached the statistics system (waits for them, not for a clock)."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_proc WHERE proname = 'pg_stat_force_next_flush'")
+        can_flush = cursor.fetchone()[0] == 1
+        if can_flush:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = 'ojs_job'"
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def wait_for_changes(n: int) -> None:
+    pause = threading.Event()
+    for _ in range(600):  # the counters arrive within a second or so; up to 60 s
+        if _changes_since_analysis() >= n:
+            return
+        pause.wait(0.1)
+    pytest.fail(f"PostgreSQL never counted the {n} inserted jobs")
+
+
+@pytest.mark.postgresql
+def test_a_pass_analyses_a_job_table_that_filled_up_since_its_last_analysis():
+    with connections["default"].cursor() as cursor:
+        cursor.execute("ANALYZE ojs_job")  # of the empty table: its changes count from 0
+        # (an empty table's analysis keeps the column statistics it had: none, as new)
+        cursor.execute("DELETE FROM pg_statistic WHERE starelid = 'ojs_job'::regclass")
+    lifecycle.enqueue_many([{"type": "stats.fill", "args": [i]} for i in range(1_500)])
+    wait_for_changes(1_500)
+
+    result = reaper.run_once()
+
+    assert result.analyzed == ["ojs_job"]
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT most_common_vals::text FROM pg_stats "
+                       "WHERE tablename = 'ojs_job' AND attname = 'state'")  # fmt: skip
+        assert cursor.fetchone()[0] == "{available}"
+    assert reaper.run_once().analyzed == []  # analysed once, then left to autovacuum
+
+
+@pytest.mark.postgresql
+def test_a_pass_leaves_a_table_with_few_changes_to_autovacuum():
+    with connections["default"].cursor() as cursor:
+        cursor.execute("ANALYZE ojs_job")
+    lifecycle.enqueue_many([{"type": "stats.few", "args": [i]} for i in range(50)])
+    wait_for_changes(50)
+    assert reaper.run_once().analyzed == []
