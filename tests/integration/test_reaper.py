@@ -7,6 +7,7 @@ timeouts end to end (real worker processes) are in ``tests/acceptance``.
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import timedelta
 from io import StringIO
 
@@ -192,3 +193,26 @@ def test_a_pass_leaves_a_table_with_few_changes_to_autovacuum():
     lifecycle.enqueue_many([{"type": "stats.few", "args": [i]} for i in range(50)])
     wait_for_changes(50)
     assert reaper.run_once().analyzed == []
+
+
+@pytest.mark.postgresql
+def test_a_job_table_the_role_does_not_own_is_left_to_autovacuum():
+    # ANALYZE by a role that does not own the table only warns and counts nothing: a
+    # reaper that tried anyway would try again every pass.
+    role = f"ojs_not_owner_{uuid.uuid4().hex[:8]}"
+    with connections["default"].cursor() as cursor:
+        cursor.execute("ANALYZE ojs_job")
+        cursor.execute(f"CREATE ROLE {role}")
+    try:
+        lifecycle.enqueue_many([{"type": "stats.other", "args": [i]} for i in range(1_500)])
+        wait_for_changes(1_500)
+        with connections["default"].cursor() as cursor:
+            cursor.execute(f"SET ROLE {role}")
+            try:
+                assert lifecycle.refresh_statistics() == []
+            finally:
+                cursor.execute("RESET ROLE")
+        assert lifecycle.refresh_statistics() == ["ojs_job"]  # the owner's is analysed
+    finally:
+        with connections["default"].cursor() as cursor:
+            cursor.execute(f"DROP ROLE {role}")
