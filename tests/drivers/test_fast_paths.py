@@ -6,12 +6,14 @@ the receiver must get exactly the events that were stored.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 import django_ojs
 from django_ojs import lifecycle, signals
@@ -239,3 +241,21 @@ def test_an_explicit_prepare_threshold_of_none_is_respected():
     finally:
         del options["prepare_threshold"]
         connection.close()
+
+
+def test_events_built_in_sql_get_distinct_uuid7_ids_even_after_setseed():
+    """Events built by PostgreSQL (a bulk push, a claim, a batch ACK) get UUIDv7 ids from
+    the statement's clock, and no two collide, also when the session reseeded random()
+    before each statement (the ids then repeat their random part, not their value)."""
+    before = timezone.now()
+    with connection.cursor() as cursor:
+        for _ in range(2):
+            cursor.execute("SELECT setseed(0.5)")
+            django_ojs.enqueue_many([{"type": "fast.seeded", "args": [i]} for i in range(300)])
+    after = timezone.now()
+    ids = list(Event.objects.values_list("id", flat=True))
+    assert len(ids) == 600 and len(set(ids)) == 600
+    assert {i.version for i in ids} == {7} and {i.variant for i in ids} == {uuid.RFC_4122}
+    millis = {i.int >> 80 for i in ids}
+    assert int(before.timestamp() * 1000) <= min(millis) <= max(millis)
+    assert max(millis) <= int(after.timestamp() * 1000)
