@@ -369,6 +369,33 @@ def test_push_many__inserts_jobs_and_enqueue_events_per_mode(driver, mode):
     assert rows[0].data["trace_id"] == "t" and rows[0].data["priority"] == 3
 
 
+def test_push_many__stores_every_field_as_push_one_does(driver):
+    """A bulk push leaves out columns that are NULL in every row and formats each
+    distinct timestamp once: the stored rows must still be what single pushes store."""
+    later = timezone.now() + timedelta(hours=1)
+    options = [
+        {"queue": "rows-a", "priority": 3, "meta": {"trace_id": "t"}, "tags": ["x"]},
+        {"queue": "rows-b", "scheduled_at": later, "expires_at": later + timedelta(days=1)},
+        {"args": ["z", {"k": [1, None]}], "retry": {"max_attempts": 7}, "timeout": 2.5},
+        {"total_timeout": 60, "enqueue_ttl": 30, "grace_period": 0, "result_ttl": 5},
+    ]
+    now = timezone.now()
+    specs = [build("suite.job", o.pop("args", [1]), max_bytes=1 << 20, **o) for o in options]
+    many = [job_row(spec, now, 3) for spec in specs]
+    one = [job_row(spec, now, 3) for spec in specs]  # the same rows, with their own ids
+    with transaction.atomic():
+        driver.push_many(many, available={"rows-a"}, now=now, events=EventMode.NONE, source=SOURCE)
+        for job in one:
+            driver.push_one(job, event=None, available=False)
+    names = [f.attname for f in Job._meta.concrete_fields if f.attname != "id"]
+    for a, b in zip(many, one, strict=True):
+        stored_a = Job.objects.values(*names).get(pk=a.id)
+        stored_b = Job.objects.values(*names).get(pk=b.id)
+        assert stored_a == stored_b
+        assert stored_a["created_at"] == now and stored_a["state"] == a.state
+    assert many[1].state == "scheduled" and Job.objects.get(pk=many[1].id).scheduled_at == later
+
+
 def test_after_push__registers_queues_idempotently(driver):
     with transaction.atomic():
         driver.after_push({"one", "two"}, {"one"})
