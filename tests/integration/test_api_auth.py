@@ -288,6 +288,16 @@ def test_create__stores_only_a_scrypt_hash():
     assert apikeys.authenticate(raw) == stored
 
 
+def test_authenticate__loads_the_key_as_the_orm_does():
+    stored, raw = apikeys.create("scoped", "worker", queues=["mail.*", "billing"])
+    apikeys.authenticate(raw)  # records last_used_at
+    key = apikeys.authenticate(raw)
+    names = [f.attname for f in ApiKey._meta.concrete_fields]
+    assert {n: getattr(key, n) for n in names} == ApiKey.objects.values(*names).get(pk=stored.pk)
+    assert key.queues == ["mail.*", "billing"] and key.last_used_at is not None
+    assert key._state.adding is False and key._state.db == "default"
+
+
 def test_create__validates_name_and_scope():
     with pytest.raises(ValueError, match="scope"):
         apikeys.create("x", "root")
