@@ -8,6 +8,7 @@ wrapper, digest §1.6); both return a :class:`JobSpec` for ``lifecycle.push``.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -448,6 +449,14 @@ def format_timestamp(value: datetime | None) -> str | None:
     """RFC 3339 in UTC with millisecond precision and ``Z`` (HTTP binding §6.3)."""
     if value is None:
         return None
+    return _rfc3339(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rfc3339(value: datetime) -> str:
+    # Cached: the jobs of one push share their enqueued_at, those of one claim their
+    # started_at, and a worker formats each several times (its context, its deadlines).
+    # Equal instants hash and compare equal whatever their time zone, and give one text.
     # isoformat, not strftime: strftime("%Y") drops the zero padding of years below 1000.
     value = value.astimezone(UTC).replace(tzinfo=None)
     return value.isoformat(timespec="milliseconds") + "Z"

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from types import SimpleNamespace
 
@@ -236,6 +236,16 @@ def test_from_wire__non_object_body():
 def test_format_timestamp__utc_millis_z():
     ts = datetime(2026, 2, 12, 11, 30, 0, 123456, tzinfo=UTC) + timedelta(hours=0)
     assert envelope.format_timestamp(ts) == "2026-02-12T11:30:00.123Z"
+
+
+def test_format_timestamp__one_text_per_instant_whatever_the_zone():
+    ts = datetime(2026, 2, 12, 11, 30, 0, 123456, tzinfo=UTC)
+    paris = ts.astimezone(timezone(timedelta(hours=1)))
+    assert envelope.format_timestamp(ts) == envelope.format_timestamp(paris)
+    assert envelope.format_timestamp(paris) == "2026-02-12T11:30:00.123Z"  # formatted again
+    later = paris + timedelta(milliseconds=1)
+    assert envelope.format_timestamp(later) == "2026-02-12T11:30:00.124Z"
+    assert envelope.format_timestamp(datetime(5, 1, 2, tzinfo=UTC)) == "0005-01-02T00:00:00.000Z"
 
 
 def _job(**overrides):
