@@ -326,8 +326,12 @@ class Driver(ABC):
     # ------------------------------------------------------------------ push
 
     @abstractmethod
-    def push_one(self, job: Job, *, event: EventRow | None, available: bool) -> None:
-        """Insert one job (and its ``event``), register its queue, wake workers on commit.
+    def push_one(
+        self, job: Job, *, available: bool, now: datetime, events: EventMode, source: str
+    ) -> list[EventRow]:
+        """Insert one job and its enqueue event (:func:`enqueue_event`, at ``now``),
+        register its queue, wake workers on commit. Returns the event row if
+        ``events.returned``.
 
         Atomic on its own: the caller needs no transaction (inside one, it joins it).
         ``available``: the job is available now, so listeners of its queue are woken.

@@ -83,12 +83,16 @@ class OrmDriver(Driver):
         )
         return changed == 1
 
-    def push_one(self, job: Job, *, event: EventRow | None, available: bool) -> None:
+    def push_one(
+        self, job: Job, *, available: bool, now: datetime, events: EventMode, source: str
+    ) -> list[EventRow]:
+        rows = [] if events is EventMode.NONE else job_rows([enqueue_event(job)], source, now)
         with transaction.atomic(using=self.using):
             job.save(using=self.using, force_insert=True)
-            if event is not None:
-                self.insert_events([event])
+            if events.stored:
+                self.insert_events(rows)
             self.after_push({job.queue}, {job.queue} if available else set())
+        return rows if events.returned else []
 
     def push_many(
         self, jobs: list[Job], *, available: set[str], now: datetime, events: EventMode, source: str

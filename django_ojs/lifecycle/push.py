@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_ojs.conf import settings
-from django_ojs.drivers import EventMode, enqueue_event, get_driver
+from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import DuplicateJob, ValidationError
 from django_ojs.lifecycle import events
@@ -74,11 +74,12 @@ def push_many(
         # One atomic statement on PostgreSQL: no transaction of our own (a savepoint
         # inside the caller's transaction would add two round trips to the hot path).
         job = rows[0]
-        written = events.job_rows([enqueue_event(job)], now) if mode is not EventMode.NONE else []
-        driver.push_one(
+        written = driver.push_one(
             job,
-            event=written[0] if written and mode.stored else None,
             available=job.state == JobState.AVAILABLE,
+            now=now,
+            events=mode,
+            source=settings.EVENT_SOURCE,
         )
     else:
         with transaction.atomic(using=using):

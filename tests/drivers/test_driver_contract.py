@@ -323,21 +323,28 @@ def test_update_if__writes_only_on_the_expected_state_and_attempt(driver):
 # ---------------------------------------------------------------- push
 
 
-def test_push_one__inserts_the_job_its_event_and_its_queue(driver):
-    job = new_job(queue="fresh-q", meta={"trace_id": "abc"})
-    (event,) = job_rows([enqueue_event(job)], SOURCE)
-    driver.push_one(job, event=event, available=True)
-    saved = Job.objects.get(pk=job.id)
-    assert (saved.state, saved.args, saved.meta) == ("available", [1], {"trace_id": "abc"})
-    (stored,) = stored_events(job.id)
-    assert (stored.id, stored.type, stored.data) == (event.id, "job.enqueued", event.data)
-    assert Queue.objects.filter(name="fresh-q").exists()
-
-
-def test_push_one__without_event(driver):
-    job = new_job()
-    driver.push_one(job, event=None, available=False)
-    assert Job.objects.filter(pk=job.id).exists() and stored_events(job.id) == []
+@pytest.mark.parametrize("mode", list(EventMode))
+def test_push_one__inserts_the_job_its_event_and_its_queue_per_mode(driver, mode):
+    later = timezone.now() + timedelta(hours=1)
+    for job in (new_job(queue="fresh-q", meta={"trace_id": "abc"}, priority=2),
+                new_job(queue="fresh-s", scheduled_at=later)):  # fmt: skip
+        now = timezone.now()
+        returned = driver.push_one(
+            job, available=job.state == "available", now=now, events=mode, source=SOURCE
+        )
+        saved = Job.objects.get(pk=job.id)
+        assert (saved.state, saved.args, saved.meta) == (job.state, [1], job.meta)
+        assert Queue.objects.filter(name=job.queue).exists()
+        rows = observed(mode, returned, stored_events(job.id))
+        if mode is EventMode.NONE:
+            assert rows == []
+            continue
+        (row,) = rows
+        kind, _, data = enqueue_event(job)
+        assert (row.type, row.source, row.subject, row.time) == (kind, SOURCE, str(job.id), now)
+        assert (row.job_id, row.queue, row.data) == (job.id, job.queue, job_data(job, **data))
+        assert row.id.version == 7
+    assert Event.objects.filter(type="job.scheduled").count() == (1 if mode.stored else 0)
 
 
 @pytest.mark.parametrize("mode", list(EventMode))
@@ -386,7 +393,7 @@ def test_push_many__stores_every_field_as_push_one_does(driver):
     with transaction.atomic():
         driver.push_many(many, available={"rows-a"}, now=now, events=EventMode.NONE, source=SOURCE)
         for job in one:
-            driver.push_one(job, event=None, available=False)
+            driver.push_one(job, available=False, now=now, events=EventMode.NONE, source=SOURCE)
     names = [f.attname for f in Job._meta.concrete_fields if f.attname != "id"]
     for a, b in zip(many, one, strict=True):
         stored_a = Job.objects.values(*names).get(pk=a.id)
