@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from uuid6 import uuid7
 
@@ -33,16 +34,41 @@ _BLANK = dict.fromkeys(f.attname for f in Job._meta.concrete_fields)
 
 def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
     """The unsaved row a push inserts for ``spec`` (its state follows the schedule)."""
-    return unsaved_job(_values(spec, now, default_max_attempts))
+    return unsaved_job(_values(spec, now, default_max_attempts, spec.id or uuid7()))
 
 
 def job_rows(specs: list[JobSpec], now: datetime, default_max_attempts: int) -> list[Job]:
-    """:func:`job_row` of each of ``specs``."""
-    return unsaved_jobs([_values(spec, now, default_max_attempts) for spec in specs])
+    """:func:`job_row` of each of ``specs``; the ids they lack are made in one go."""
+    ids = iter(new_ids(sum(1 for spec in specs if spec.id is None)))
+    return unsaved_jobs(
+        [_values(spec, now, default_max_attempts, spec.id or next(ids)) for spec in specs]
+    )
 
 
-def _values(spec: JobSpec, now: datetime, default_max_attempts: int) -> dict[str, Any]:
-    """Every concrete field of the row ``spec`` makes, by attname."""
+#: The 62 random bits that end a UUIDv7 (RFC 9562 §5.7: ``rand_b``).
+_RAND_B = (1 << 62) - 1
+
+
+def new_ids(n: int) -> list[UUID]:
+    """``n`` new UUIDv7s in increasing order.
+
+    uuid6 draws fresh random bits for each id, a system call each (3.7 µs an id here, a
+    seventh of a bulk push's Python time). RFC 9562 §6.2 (method 2, "monotonic random")
+    lets the ids of one moment count up from one random value instead: the first id is
+    uuid6's, the others add 1, 2, ... to its random bits. uuid6 moves its own clock past
+    that first id's millisecond, so the ids it makes later still sort after these.
+    They are the standard library's ``UUID`` (uuid6's subclass costs 1.5 µs more each).
+    """
+    if n <= 1:
+        return [uuid7() for _ in range(n)]
+    first = uuid7().int
+    while first & _RAND_B > _RAND_B - n:  # the count would reach the variant bits
+        first = uuid7().int
+    return [UUID(int=first + k) for k in range(n)]
+
+
+def _values(spec: JobSpec, now: datetime, default_max_attempts: int, id_: Any) -> dict[str, Any]:
+    """Every concrete field of the row ``spec`` makes (with id ``id_``), by attname."""
     if spec.pending:  # digest §8.34: pending wins over a future scheduled_at
         state = JobState.PENDING.value
     elif spec.scheduled_at is not None and spec.scheduled_at > now:
@@ -53,7 +79,7 @@ def _values(spec: JobSpec, now: datetime, default_max_attempts: int) -> dict[str
     deadline = now + ms_delta(spec.total_timeout_ms) if spec.total_timeout_ms else None
     ttl = now + ms_delta(spec.enqueue_ttl_ms) if spec.enqueue_ttl_ms else None
     values = {
-        "id": spec.id or uuid7(),
+        "id": id_,
         "type": spec.type,
         "queue": spec.queue,
         "args": spec.args,
