@@ -285,6 +285,7 @@ class Driver(ABC):
         events: EventMode,
         source: str,
         durable: bool = True,
+        register: list[str] | None = None,
     ) -> Written | None:
         """:meth:`claim` from ``queue``, but only when nothing of it is due or limited.
 
@@ -293,7 +294,12 @@ class Driver(ABC):
         path. Otherwise the plain claim's result, possibly empty. The default looks, then
         claims; a driver that can put the look in the claim statement makes an idle
         worker's fetch one round trip.
+
+        ``register``: the worker's queues; the worker's row is created or refreshed
+        (:meth:`touch_worker`) whatever the result, in the same statement if it can be.
         """
+        if register is not None and worker_id is not None:
+            self.touch_worker(worker_id, register, now)
         look = self.look([queue], now)
         if look.due or look.limited:
             return None

@@ -98,35 +98,36 @@ def fetch(
     def claim(queue: str, limit: int, ids: Sequence[Any] | None = None) -> Written:
         return driver.claim(queue, limit, ids=ids, **how)
 
-    if not (worker_id and register):
-        # An idle worker's fetch: with nothing to promote and no limit to weigh, the claim
-        # is all there is. One queue's claim is one atomic statement that checks this
-        # itself, and needs no transaction of its own (no BEGIN and COMMIT round trips);
-        # several queues are looked at once, and their claims commit together.
-        if len(order) == 1:
-            only = driver.claim_if_clear(order[0], count, **how)
-            if only is not None:
-                events.signal(only.events, using)
-                return only.jobs
-        else:
-            look = driver.look(order, now)
-            if not (look.due or look.limited):
-                with transaction.atomic(using=using):
-                    for queue in order:
-                        if len(claimed) >= count:
-                            break
-                        result = claim(queue, count - len(claimed))
-                        claimed.extend(result.jobs)
-                        written.extend(result.events)
-                events.signal(written, using)
-                return claimed
+    # A fetch with nothing to promote and no limit to weigh: the claim is all there is.
+    # One queue's claim is one atomic statement that checks this itself (and records an
+    # HTTP worker's sign of life), with no transaction of its own (no BEGIN and COMMIT
+    # round trips); several queues are looked at once, and their claims commit together.
+    touch = bool(worker_id and register)
+    if len(order) == 1:
+        only = driver.claim_if_clear(order[0], count, register=order if touch else None, **how)
+        touch = False  # done, whatever the claim found
+        if only is not None:
+            events.signal(only.events, using)
+            return only.jobs
+    elif not touch:
+        look = driver.look(order, now)
+        if not (look.due or look.limited):
+            with transaction.atomic(using=using):
+                for queue in order:
+                    if len(claimed) >= count:
+                        break
+                    result = claim(queue, count - len(claimed))
+                    claimed.extend(result.jobs)
+                    written.extend(result.events)
+            events.signal(written, using)
+            return claimed
     with transaction.atomic(using=using):
         # Lazy promotion: a retry or scheduled job whose time has come is fetchable now,
         # not only after the reaper's next pass (a backoff is a minimum wait, retry §5).
         # It waits for a promotion the reaper has in flight (the reaper only ever skips
         # locked rows, so it never waits on us): each statement below then sees it.
         promote_due(now=now, queues=order, wait=True, using=using)
-        if worker_id and register:
+        if touch and worker_id:
             driver.touch_worker(worker_id, order, now)
         for queue in order:
             remaining = count - len(claimed)

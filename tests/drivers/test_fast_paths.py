@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from django.utils import timezone
 
 import django_ojs
 from django_ojs import lifecycle, signals
-from django_ojs.models import Event, Job
+from django_ojs.models import Event, Job, Worker
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
 
@@ -121,9 +122,27 @@ def test_fetch_claims_in_one_statement(received, django_capture_on_commit_callba
         jobs = lifecycle.fetch(["default"], 5, worker_id="w-fast")
     assert len(jobs) == 5
     sql = statements(q)
-    assert len(sql) == 3, sql  # lazy promotion, worker upsert, claim (+ job.started)
-    assert sum("FOR UPDATE SKIP LOCKED" in s for s in sql) == 1
+    # One statement: the worker's upsert, the claim (on the condition that nothing is
+    # due or limited) and its job.started events; no BEGIN or COMMIT around it.
+    assert len(sql) == 1, sql
+    assert "FOR UPDATE SKIP LOCKED" in sql[0] and "INSERT INTO ojs_worker" in sql[0]
+    assert Worker.objects.get(id="w-fast").queues == ["default"]
     assert_signalled_as_stored(received, {"job.started"})
+
+
+def test_fetch_of_an_empty_queue_still_registers_the_worker():
+    assert lifecycle.fetch(["default"], 5, worker_id="w-idle") == []
+    before = Worker.objects.get(id="w-idle").last_heartbeat_at
+    lifecycle.fetch(["default"], 1, worker_id="w-idle")
+    assert Worker.objects.get(id="w-idle").last_heartbeat_at > before
+
+
+def test_fetch_with_a_due_job_promotes_it_and_registers_the_worker_once():
+    due = django_ojs.enqueue("fast.due", [1], scheduled_at=timezone.now() + timedelta(hours=1))
+    Job.objects.filter(pk=due.id).update(scheduled_at=timezone.now() - timedelta(seconds=1))
+    jobs = lifecycle.fetch(["default"], 5, worker_id="w-due")
+    assert [j.id for j in jobs] == [due.id]
+    assert Worker.objects.filter(id="w-due").count() == 1
 
 
 def test_a_fetch_of_a_few_fields_is_still_one_claim_statement():
@@ -133,18 +152,17 @@ def test_a_fetch_of_a_few_fields_is_still_one_claim_statement():
     with CaptureQueriesContext(connection) as q:
         jobs = lifecycle.fetch(["default"], 5, worker_id="w-few", fields=("type",))
     assert [j.args for j in jobs] == [[4], [3], [2], [1], [0]]  # args: deferred, loaded now
-    claim = [s for s in statements(q) if "SKIP LOCKED" in s]
-    assert len(claim) == 1
-    assert len(statements(q)) == 3  # lazy promotion, worker upsert, claim
+    assert len(statements(q)) == 1  # the claim, with the worker's upsert
 
 
 def test_a_fetch_that_leaves_room_looks_for_limited_jobs_once():
-    # A fetch that registers its worker (HTTP): the claim, then one look for
-    # rate-limited jobs (none here), in one transaction.
+    # A fetch that registers its worker (HTTP): the claim with the worker's upsert, then
+    # one look for due or rate-limited jobs (none here) to tell an empty queue.
     with CaptureQueriesContext(connection) as q:
         assert lifecycle.fetch(["default"], 5, worker_id="w-fast") == []
     sql = statements(q)
-    assert len(sql) == 4, sql  # lazy promotion, worker upsert, claim, limited jobs
+    assert len(sql) == 2, sql
+    assert "INSERT INTO ojs_worker" in sql[0] and sql[1].lstrip().startswith("SELECT EXISTS")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -259,3 +277,31 @@ def test_events_built_in_sql_get_distinct_uuid7_ids_even_after_setseed():
     millis = {i.int >> 80 for i in ids}
     assert int(before.timestamp() * 1000) <= min(millis) <= max(millis)
     assert max(millis) <= int(after.timestamp() * 1000)
+
+
+def test_hot_statements_stay_in_psycopgs_conversion_cache(
+    received, monkeypatch, django_capture_on_commit_callbacks
+):
+    """psycopg converts a statement's placeholders once and caches the result, but only
+    for statements of at most 4,096 characters; a longer one is parsed again on every
+    call (35 µs for a claim). The longest shapes: every field, a receiver connected."""
+    from psycopg import _queries
+
+    missed: list[int] = []
+    real = _queries._query2pg_nocache
+
+    def spy(query: bytes, encoding: str) -> object:
+        missed.append(len(query))
+        return real(query, encoding)
+
+    monkeypatch.setattr(_queries, "_query2pg_nocache", spy)
+    with django_capture_on_commit_callbacks(execute=True):
+        django_ojs.enqueue("fast.long", [1])
+        django_ojs.enqueue_many([{"type": "fast.long", "args": [i]} for i in range(3)])
+        (job,) = lifecycle.fetch(["default"], 1, worker_id="w-long")  # HTTP: every field
+        lifecycle.ack(job.id, result={"ok": True}, worker_id="w-long")
+        jobs = lifecycle.fetch(["default"], 3, worker_id="w-long", register=False, fields=["args"])
+        lifecycle.ack_many([(j.id, j.attempt, None) for j in jobs], worker_id="w-long")
+    assert missed == []
+    # The receiver was connected: the statements were the ones that return their events.
+    assert {e["type"] for e in received} == {"job.enqueued", "job.started", "job.completed"}
