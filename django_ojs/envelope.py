@@ -328,6 +328,16 @@ def build(
     return _finish(spec, max_bytes)
 
 
+def build_plain(type: str, args: Any = (), *, max_bytes: int) -> JobSpec:
+    """:func:`build` of a job with no options (type and arguments only), which most
+    pushes are: the same spec, without a validator call per absent option (a third of
+    a bulk push's Python time went to ``build``)."""
+    if not isinstance(args, list | tuple):
+        raise ValidationError("args must be a list (JSON array) of positional values", field="args")
+    spec = JobSpec(type=_validate_type(type), args=check_json(list(args), "args"))
+    return _finish(spec, max_bytes)
+
+
 #: The longest result TTL, and what ``-1`` (permanent, results §7.1) is stored as.
 MAX_RESULT_TTL = 100 * 365 * 86400
 

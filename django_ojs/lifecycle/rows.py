@@ -192,10 +192,13 @@ def build_spec(
     max_bytes: int | None = None,
     retry_base: RetryPolicy | None = None,
 ) -> JobSpec:
+    max_bytes = settings.MAX_ENVELOPE_BYTES if max_bytes is None else max_bytes
+    if not options:
+        return envelope.build_plain(type, args, max_bytes=max_bytes)
     return envelope.build(
         type,
         args,
-        max_bytes=settings.MAX_ENVELOPE_BYTES if max_bytes is None else max_bytes,
+        max_bytes=max_bytes,
         retry_base=default_retry_policy() if retry_base is None else retry_base,
         **options,
     )

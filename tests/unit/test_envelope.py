@@ -279,3 +279,28 @@ def test_to_wire__completed_job_has_result_even_when_null():
 def test_to_wire__timeouts_in_seconds_and_ms():
     out = envelope.to_wire(_job(timeout_ms=1500, total_timeout_ms=60000))
     assert (out["timeout"], out["timeout_ms"], out["total_timeout"]) == (1.5, 1500, 60)
+
+
+@pytest.mark.parametrize("args", [[], [1, "two", {"three": [3.0, None, True]}], (1, 2)])
+def test_build_plain__is_build_without_options(args):
+    assert envelope.build_plain("a.b", args, max_bytes=1 << 20) == envelope.build(
+        "a.b", args, max_bytes=1 << 20
+    )
+
+
+@pytest.mark.parametrize(
+    ("type_", "args", "field"),
+    [("a.b", "nope", "args"), ("Bad Type", [1], "type"), ("a.b", [float("nan")], "args[0]")],
+)
+def test_build_plain__refuses_what_build_refuses(type_, args, field):
+    with pytest.raises(ValidationError) as plain:
+        envelope.build_plain(type_, args, max_bytes=1 << 20)
+    with pytest.raises(ValidationError) as full:
+        envelope.build(type_, args, max_bytes=1 << 20)
+    assert (plain.value.field, plain.value.message) == (full.value.field, full.value.message)
+    assert plain.value.field == field
+
+
+def test_build_plain__refuses_an_envelope_over_the_limit():
+    with pytest.raises(EnvelopeTooLarge):
+        envelope.build_plain("a.b", ["x" * 100], max_bytes=50)
