@@ -55,7 +55,6 @@ _JSON_JOB_COLUMNS = frozenset(
 )
 EVENT_COLUMNS = ("id", "type", "source", "subject", "time", "job_id", "queue", "data")
 _EVENT_COLUMN_LIST = ", ".join(EVENT_COLUMNS)
-_JOB_COLUMN_LIST = ", ".join(f'"{c}"' for c in JOB_COLUMNS)  # "unique" is a reserved word
 _EVENT_PLACEHOLDERS = "(" + ", ".join(["%s"] * len(EVENT_COLUMNS)) + ")"
 
 # A UUIDv7 made by PostgreSQL 13+ (no uuidv7() before 18), per row of a statement that
@@ -303,22 +302,17 @@ COPY_THRESHOLD = 50
 _SCHEDULED_AT_SQL = """to_char(scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')"""
 
 
-def _enqueue_events(source: str) -> str:
-    """The job.enqueued / job.scheduled events of the pushed rows of ``source``."""
-    return _event_select(
-        "CASE WHEN state = 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END",
-        "",
-        source,
-        variants=[
-            ("state = 'scheduled' AND scheduled_at IS NULL", ""),
-            ("state = 'scheduled'", f"'scheduled_at', {_SCHEDULED_AT_SQL}"),
-            ("scheduled_at IS NULL", "'priority', priority"),
-            ("", f"'priority', priority, 'scheduled_at', {_SCHEDULED_AT_SQL}"),
-        ],
-    )
-
-
-ENQUEUE_EVENTS = _enqueue_events("pushed")
+ENQUEUE_EVENTS = _event_select(
+    "CASE WHEN state = 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END",
+    "",
+    "pushed",
+    variants=[
+        ("state = 'scheduled' AND scheduled_at IS NULL", ""),
+        ("state = 'scheduled'", f"'scheduled_at', {_SCHEDULED_AT_SQL}"),
+        ("scheduled_at IS NULL", "'priority', priority"),
+        ("", f"'priority', priority, 'scheduled_at', {_SCHEDULED_AT_SQL}"),
+    ],
+)
 _PUSHED_CTE = """WITH pushed AS (
     SELECT * FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(queues)b::text[],
                          %(states)b::text[], %(priorities)b::int[],
@@ -373,14 +367,13 @@ _CLEAR_SQL = f"NOT ({_DUE_SQL}\n    OR {_LIMITED_SQL})"
 _RELAXED_COMMIT_SQL = "(SELECT set_config('synchronous_commit', 'off', true)) = 'off'"
 WORKER_FIELDS = tuple(Worker._meta.concrete_fields)
 _WORKER_PARAMS = tuple(f"w{i}" for i in range(len(WORKER_FIELDS)))
-_TOUCH_WORKER = f"""INSERT INTO ojs_worker ({", ".join(f'"{f.column}"' for f in WORKER_FIELDS)})
+TOUCH_WORKER_SQL = f"""INSERT INTO ojs_worker ({", ".join(f'"{f.column}"' for f in WORKER_FIELDS)})
 VALUES ({", ".join(f"%({name})s" for name in _WORKER_PARAMS)})
 ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = EXCLUDED.last_heartbeat_at"""
-TOUCH_WORKER_SQL = _TOUCH_WORKER
 # An HTTP worker's fetch records its sign of life in its claim statement: one round trip
 # instead of BEGIN, the upsert, the claim and COMMIT. The CTE runs whether or not the
 # claim finds work (PostgreSQL runs every data-modifying CTE to completion).
-TOUCH_WORKER_CTE = f"touched AS (\n{_TOUCH_WORKER}\n), "
+TOUCH_WORKER_CTE = f"touched AS (\n{TOUCH_WORKER_SQL}\n), "
 LIMITED_CANDIDATES_SQL = """
 SELECT id, rate_key, rate_limit FROM ojs_job
 WHERE state = 'available' AND queue = %(queue)s
@@ -589,8 +582,7 @@ class PostgreSQLDriver(OrmDriver):
         written = self._claim(
             queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
             defaults=defaults, fields=fields, events=events, source=source, clear=True,
-            durable=durable,
-            touch=register if worker_id is not None else None,
+            durable=durable, touch=register,
         )  # fmt: skip
         if written.jobs:
             return written
@@ -639,12 +631,14 @@ class PostgreSQLDriver(OrmDriver):
             which += f" AND {_RELAXED_COMMIT_SQL}"
         gate = "(q.paused OR q.limits IS NOT NULL)" if ids is None else "q.paused"
         claim_events = CLAIM_EVENTS if worker_id is None else CLAIM_EVENTS_OF_WORKER
+        worker_row = None  # the worker's row, when the claim registers it
         if touch is not None and worker_id is not None:
-            params.update(self._worker_params(worker_id, touch, now))
+            worker_row = self._worker_params(worker_id, touch, now)
+            params.update(worker_row)
         sql = _statement(
             CLAIM_SQL, _events_cte("ev", claim_events, events), tuple(model_fields), events,
             which=which, gate=gate, returning=_returning(model_fields, _CLAIM_EVENT_COLUMNS),
-            touch=TOUCH_WORKER_CTE if touch is not None and worker_id is not None else "",
+            touch=TOUCH_WORKER_CTE if worker_row else "",
         )  # fmt: skip
         written = self._load(sql, params, model_fields, events)
         # RETURNING has no order: restore the claim order.
