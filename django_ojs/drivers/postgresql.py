@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from django.db import OperationalError, connections, transaction
@@ -412,23 +412,68 @@ LISTEN_SQL = "LISTEN " + CHANNEL
 PSYCOPG_CACHED_LENGTH = 4096
 
 
-@functools.lru_cache(maxsize=256)
-def _statement(
-    template: str, events_cte: str, fields: tuple[Any, ...], events: EventMode, **extra: str
-) -> str:
-    """A claim's or completion's statement, built once per shape, on one line.
+class _Shape(NamedTuple):
+    """A claim's or completion's statement, built once per shape, and what its rows load."""
 
-    Without the templates' line breaks and indentation, so that it stays well under
-    :data:`PSYCOPG_CACHED_LENGTH` (none of these statements has a comment or a string
-    literal over several lines).
-    """
+    sql: str
+    fields: tuple[Any, ...]  # the model fields of the job columns, in the model's order
+    attnames: tuple[str, ...]
+
+
+def _shape(
+    template: str, events_cte: str, fields: list[Any], events: EventMode, **extra: str
+) -> _Shape:
+    """The statement on one line: without the templates' line breaks and indentation, it
+    stays well under :data:`PSYCOPG_CACHED_LENGTH` (none of these statements has a
+    comment or a string literal over several lines)."""
     columns = ", ".join(f'c."{f.column}"' for f in fields)
     join = ""
     if events.returned:
         columns += ", " + ", ".join(f"e.{c}" for c in EVENT_COLUMNS)
         join = " LEFT JOIN ev AS e ON e.job_id = c.id"
     sql = template.format(events=events_cte, columns=columns, join=join, **extra)
-    return _one_line(sql)
+    return _Shape(_one_line(sql), tuple(fields), tuple(f.attname for f in fields))
+
+
+# A worker fetches and completes with the same few shapes all day: everything but the
+# parameters is worked out once per shape (its Python is most of what an idle worker
+# spends between a push's notification and the claim going out).
+@functools.lru_cache(maxsize=256)
+def _claim_shape(
+    fields: tuple[str, ...] | None,
+    events: EventMode,
+    *,
+    by_ids: bool,
+    clear: bool,
+    durable: bool,
+    of_worker: bool,
+    touch: bool,
+) -> _Shape:
+    # The claim order is restored from priority: always load it (a deferred field would
+    # cost one query per claimed job).
+    model_fields = _model_fields(None if fields is None else [*fields, "priority"])
+    # Without ids: jobs free of limits, in queues free of limits; with ids: those jobs.
+    which = "id = ANY(%(ids)s)" if by_ids else "rate_key IS NULL"
+    if clear:
+        which += f" AND {_CLEAR_SQL}"
+    if not durable:
+        which += f" AND {_RELAXED_COMMIT_SQL}"
+    gate = "q.paused" if by_ids else "(q.paused OR q.limits IS NOT NULL)"
+    claim_events = CLAIM_EVENTS_OF_WORKER if of_worker else CLAIM_EVENTS
+    return _shape(
+        CLAIM_SQL, _events_cte("ev", claim_events, events), model_fields, events,
+        which=which, gate=gate, returning=_returning(model_fields, _CLAIM_EVENT_COLUMNS),
+        touch=TOUCH_WORKER_CTE if touch else "",
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=64)
+def _complete_shape(fields: tuple[str, ...] | None, events: EventMode) -> _Shape:
+    model_fields = _model_fields(fields)
+    return _shape(
+        COMPLETE_SQL, _events_cte("ev", COMPLETE_EVENTS, events), model_fields, events,
+        returning=_returning(model_fields, _COMPLETE_EVENT_COLUMNS),
+    )  # fmt: skip
 
 
 def _one_line(sql: str) -> str:
@@ -489,14 +534,24 @@ def _cursor(connection: Any, *, binary: bool = False) -> Any:
     raw_connection = connection.connection
     if raw_connection.prepare_threshold is None and _may_prepare(connection):
         raw_connection.prepare_threshold = PREPARE_THRESHOLD
+    if binary:
+        # Registered on the connection, once: a cursor would copy the connection's map
+        # of loaders to register its own (twice the cost of the cursor). Django reads
+        # text only, so its own queries never meet a binary loader.
+        adapters = raw_connection.adapters
+        if adapters.get_loader(JSONB_OID, psycopg.pq.Format.BINARY) is not _JsonbBinaryLoader:
+            adapters.register_loader(JSONB_OID, _JsonbBinaryLoader)
     with connection.wrap_database_errors:
         raw = psycopg.Cursor(raw_connection)
     if binary:
         raw.format = psycopg.pq.Format.BINARY
-        raw.adapters.register_loader("jsonb", _JsonbBinaryLoader)
     if connection.queries_logged:
         return connection.make_debug_cursor(raw)
     return connection.make_cursor(raw)
+
+
+#: The type ``jsonb``'s object id (fixed in PostgreSQL's catalog).
+JSONB_OID = 3802
 
 
 class _JsonbBinaryLoader(Loader):
@@ -620,27 +675,16 @@ class PostgreSQLDriver(OrmDriver):
             "default_heartbeat_ms": defaults.heartbeat_timeout_ms,
             "source": source,
         }
-        # The claim order is restored from priority below: always load it (a deferred
-        # field would cost one query per claimed job).
-        model_fields = _model_fields(None if fields is None else [*fields, "priority"])
-        # Without ids: jobs free of limits, in queues free of limits; with ids: those jobs.
-        which = "rate_key IS NULL" if ids is None else "id = ANY(%(ids)s)"
-        if clear:
-            which += f" AND {_CLEAR_SQL}"
-        if not durable:
-            which += f" AND {_RELAXED_COMMIT_SQL}"
-        gate = "(q.paused OR q.limits IS NOT NULL)" if ids is None else "q.paused"
-        claim_events = CLAIM_EVENTS if worker_id is None else CLAIM_EVENTS_OF_WORKER
         worker_row = None  # the worker's row, when the claim registers it
         if touch is not None and worker_id is not None:
             worker_row = self._worker_params(worker_id, touch, now)
             params.update(worker_row)
-        sql = _statement(
-            CLAIM_SQL, _events_cte("ev", claim_events, events), tuple(model_fields), events,
-            which=which, gate=gate, returning=_returning(model_fields, _CLAIM_EVENT_COLUMNS),
-            touch=TOUCH_WORKER_CTE if worker_row else "",
+        shape = _claim_shape(
+            None if fields is None else tuple(fields), events, by_ids=ids is not None,
+            clear=clear, durable=durable, of_worker=worker_id is not None,
+            touch=worker_row is not None,
         )  # fmt: skip
-        written = self._load(sql, params, model_fields, events)
+        written = self._load(shape, params, events)
         # RETURNING has no order: restore the claim order.
         written.jobs.sort(key=lambda j: (-j.priority, j.id))
         return written
@@ -664,27 +708,20 @@ class PostgreSQLDriver(OrmDriver):
             "now": now,
             "source": source,
         }
-        model_fields = _model_fields(fields)
-        sql = _statement(
-            COMPLETE_SQL, _events_cte("ev", COMPLETE_EVENTS, events), tuple(model_fields), events,
-            returning=_returning(model_fields, _COMPLETE_EVENT_COLUMNS),
-        )  # fmt: skip
-        return self._load(sql, params, model_fields, events)
+        shape = _complete_shape(None if fields is None else tuple(fields), events)
+        return self._load(shape, params, events)
 
-    def _load(
-        self, sql: str, params: dict[str, Any], model_fields: list[Any], events: EventMode
-    ) -> Written:
+    def _load(self, shape: _Shape, params: dict[str, Any], events: EventMode) -> Written:
         # Model.from_db wants the values in the model's field order; the event columns
         # (when asked) follow the job columns in each row.
         # Binary rows: a claim's 20 columns of timestamps, UUIDs and JSON are read by
         # psycopg's C loaders, and jsonb arrives decoded with json.loads, which is all
         # JSONField.from_db_value does for the job's fields (none has a decoder).
         with _cursor(connections[self.using], binary=True) as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(shape.sql, params)
             rows = cursor.fetchall()
-        n = len(model_fields)
-        attnames = [f.attname for f in model_fields]
-        written = Written(loaded_jobs(self.using, attnames, [row[:n] for row in rows]))
+        n = len(shape.fields)
+        written = Written(loaded_jobs(self.using, shape.attnames, [row[:n] for row in rows]))
         if events.returned:
             written.events = [_event_row(row[n:]) for row in rows if row[n] is not None]
         return written
