@@ -14,7 +14,7 @@ from django_ojs.drivers.base import INTERVALS as PARTITION_INTERVALS
 from django_ojs.lifecycle.batch import ack_many, fail_many
 from django_ojs.lifecycle.bulkops import ACTIONS as BULK_ACTIONS
 from django_ojs.lifecycle.bulkops import bulk
-from django_ojs.lifecycle.claim import fetch, listen
+from django_ojs.lifecycle.claim import Fetch, fetch, listen
 from django_ojs.lifecycle.cron import delete as delete_cron
 from django_ojs.lifecycle.cron import fire_due as fire_due_cron
 from django_ojs.lifecycle.cron import get as get_cron
@@ -79,6 +79,7 @@ __all__ = [
     "RESULTS_MAX_IDS",
     "WORKFLOW_KINDS",
     "WORKFLOW_MAX_DEPTH",
+    "Fetch",
     "Heartbeat",
     "WorkflowSpec",
     "ack",

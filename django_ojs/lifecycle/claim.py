@@ -67,86 +67,122 @@ def fetch(
         Create or refresh the worker's row (the default). The in-process worker registers
         when it starts and heartbeats on its own, so its fetches skip this write.
     """
-    using = db(using)
-    queues = validate_queues(queues)
+    queues = validate_queues(queues)  # first, as the errors of HTTP fetches come
     count = validate_fetch_count(count)
-    worker_id = validate_worker_id(worker_id)
-    visibility_ms = duration_ms(visibility_timeout, "visibility_timeout")
-    defaults = configured()
-    driver = get_driver(using)
-    now = timezone.now()
-    claimed: list[Job] = []
-    written: list[events.EventRow] = []
-    mode = events.mode()
-    order = list(dict.fromkeys(queues))  # keep order, drop repeats
-    # How to claim, the same for every driver call of this fetch.
-    how: dict[str, Any] = {
-        "worker_id": worker_id,
-        "now": now,
-        "visibility_ms": visibility_ms,
-        "defaults": defaults,
-        "fields": fields,
-        "events": mode,
-        "source": settings.EVENT_SOURCE,
-        # A claim lost in a database crash leaves its job available: it is claimed again,
-        # as after a worker's crash, and nothing is lost. So a fetch's own transaction
-        # need not wait for its WAL to reach disk (unless OJS_CLAIM_SYNCHRONOUS_COMMIT);
-        # a caller's transaction, holding who knows what else, keeps its own setting.
-        "durable": settings.CLAIM_SYNCHRONOUS_COMMIT or connections[using].in_atomic_block,
-    }
+    prepared = Fetch(
+        queues, worker_id=worker_id, visibility_timeout=visibility_timeout, fields=fields,
+        register=register, using=using,
+    )  # fmt: skip
+    return prepared(count)
 
-    def claim(queue: str, limit: int, ids: Sequence[Any] | None = None) -> Written:
-        return driver.claim(queue, limit, ids=ids, **how)
 
-    # A fetch with nothing to promote and no limit to weigh: the claim is all there is.
-    # One queue's claim is one atomic statement that checks this itself (and records an
-    # HTTP worker's sign of life), with no transaction of its own (no BEGIN and COMMIT
-    # round trips); several queues are looked at once, and their claims commit together.
-    touch = bool(worker_id and register)
-    if len(order) == 1:
-        only = driver.claim_if_clear(order[0], count, register=order if touch else None, **how)
-        touch = False  # done, whatever the claim found
-        if only is not None:
-            events.signal(only.events, using)
-            return only.jobs
-    elif not touch:
-        look = driver.look(order, now)
-        if not (look.due or look.limited):
-            with transaction.atomic(using=using):
-                for queue in order:
-                    if len(claimed) >= count:
-                        break
-                    result = claim(queue, count - len(claimed))
-                    claimed.extend(result.jobs)
-                    written.extend(result.events)
+class Fetch:
+    """:func:`fetch` with everything but ``count`` given once: validated, and the
+    configured timeouts read, when it is made (the in-process worker makes one at
+    start-up and calls it for every fetch: this is its pickup path).
+
+    ``Fetch(queues, ...)(count)`` claims as ``fetch(queues, count, ...)`` does; ``count``
+    is not validated again.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str],
+        *,
+        worker_id: str | None = None,
+        visibility_timeout: float | timedelta | None = None,
+        fields: Sequence[str] | None = None,
+        register: bool = True,
+        using: str | None = None,
+    ):
+        self.using = db(using)
+        # Keep the order, drop repeats.
+        self.queues = list(dict.fromkeys(validate_queues(queues)))
+        self.worker_id = validate_worker_id(worker_id)
+        self.visibility_ms = duration_ms(visibility_timeout, "visibility_timeout")
+        self.fields = None if fields is None else tuple(fields)
+        self.register = register
+        #: The configured timeouts the claims store deadlines from.
+        self.defaults = configured()
+        self.driver = get_driver(self.using)
+
+    def __call__(self, count: int) -> list[Job]:
+        using, driver, order, worker_id = self.using, self.driver, self.queues, self.worker_id
+        now = timezone.now()
+        claimed: list[Job] = []
+        written: list[events.EventRow] = []
+        # How to claim, the same for every driver call of this fetch.
+        how: dict[str, Any] = {
+            "worker_id": worker_id,
+            "now": now,
+            "visibility_ms": self.visibility_ms,
+            "defaults": self.defaults,
+            "fields": self.fields,
+            "events": events.mode(),
+            "source": settings.EVENT_SOURCE,
+            # A claim lost in a database crash leaves its job available: it is claimed
+            # again, as after a worker's crash, and nothing is lost. So a fetch's own
+            # transaction need not wait for its WAL to reach disk (unless
+            # OJS_CLAIM_SYNCHRONOUS_COMMIT); a caller's transaction, holding who knows
+            # what else, keeps its own setting.
+            "durable": settings.CLAIM_SYNCHRONOUS_COMMIT or connections[using].in_atomic_block,
+        }
+
+        def claim(queue: str, limit: int, ids: Sequence[Any] | None = None) -> Written:
+            return driver.claim(queue, limit, ids=ids, **how)
+
+        # A fetch with nothing to promote and no limit to weigh: the claim is all there
+        # is. One queue's claim is one atomic statement that checks this itself (and
+        # records an HTTP worker's sign of life), with no transaction of its own (no
+        # BEGIN and COMMIT round trips); several queues are looked at once, and their
+        # claims commit together.
+        touch = bool(worker_id and self.register)
+        if len(order) == 1:
+            only = driver.claim_if_clear(order[0], count, register=order if touch else None, **how)
+            touch = False  # done, whatever the claim found
+            if only is not None:
+                events.signal(only.events, using)
+                return only.jobs
+        elif not touch:
+            look = driver.look(order, now)
+            if not (look.due or look.limited):
+                with transaction.atomic(using=using):
+                    for queue in order:
+                        if len(claimed) >= count:
+                            break
+                        result = claim(queue, count - len(claimed))
+                        claimed.extend(result.jobs)
+                        written.extend(result.events)
+                events.signal(written, using)
+                return claimed
+        with transaction.atomic(using=using):
+            # Lazy promotion: a retry or scheduled job whose time has come is fetchable
+            # now, not only after the reaper's next pass (a backoff is a minimum wait,
+            # retry §5). It waits for a promotion the reaper has in flight (the reaper
+            # only ever skips locked rows, so it never waits on us): each statement below
+            # then sees it.
+            promote_due(now=now, queues=order, wait=True, using=using)
+            if touch and worker_id:
+                driver.touch_worker(worker_id, order, now)
+            for queue in order:
+                remaining = count - len(claimed)
+                if remaining <= 0:
+                    break
+                # The driver claims and writes the job.started events in one statement.
+                result = claim(queue, remaining)
+                claimed.extend(result.jobs)
+                written.extend(result.events)
+                remaining = count - len(claimed)
+                if remaining > 0:
+                    # Rate-limited jobs (rate-limiting §8.1): those whose key allows a
+                    # start.
+                    ids = _limited(queue, remaining, now, using)
+                    if ids:
+                        result = claim(queue, len(ids), ids=ids)
+                        claimed.extend(result.jobs)
+                        written.extend(result.events)
             events.signal(written, using)
-            return claimed
-    with transaction.atomic(using=using):
-        # Lazy promotion: a retry or scheduled job whose time has come is fetchable now,
-        # not only after the reaper's next pass (a backoff is a minimum wait, retry §5).
-        # It waits for a promotion the reaper has in flight (the reaper only ever skips
-        # locked rows, so it never waits on us): each statement below then sees it.
-        promote_due(now=now, queues=order, wait=True, using=using)
-        if touch and worker_id:
-            driver.touch_worker(worker_id, order, now)
-        for queue in order:
-            remaining = count - len(claimed)
-            if remaining <= 0:
-                break
-            # The driver claims and writes the job.started events in one statement.
-            result = claim(queue, remaining)
-            claimed.extend(result.jobs)
-            written.extend(result.events)
-            remaining = count - len(claimed)
-            if remaining > 0:
-                # Rate-limited jobs (rate-limiting §8.1): those whose key allows a start.
-                ids = _limited(queue, remaining, now, using)
-                if ids:
-                    result = claim(queue, len(ids), ids=ids)
-                    claimed.extend(result.jobs)
-                    written.extend(result.events)
-        events.signal(written, using)
-    return claimed
+        return claimed
 
 
 def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:

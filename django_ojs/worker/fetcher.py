@@ -18,8 +18,9 @@ from typing import Any, Protocol
 from django.db import connections
 
 from django_ojs import lifecycle, resilience
-from django_ojs.policy import Durations, configured, effective
+from django_ojs.policy import Durations, effective
 from django_ojs.registry import Registry
+from django_ojs.validation import MAX_FETCH_COUNT
 from django_ojs.worker import attempt as attempts
 from django_ojs.worker.context import job_context, summary_of
 from django_ojs.worker.inflight import InFlight
@@ -84,6 +85,14 @@ class Fetcher:
         self.progress = progress
         self.using = using
         self.min_batch = max(1, concurrency // 4)
+        # The same fetch every time: validated and its settings read once.
+        self.fetch = lifecycle.Fetch(
+            queues,
+            worker_id=worker_id,
+            fields=FETCH_FIELDS,
+            register=False,  # registered at start; the supervisor heartbeats
+            using=using,
+        )
         self.outage = resilience.Outage("fetcher", logger, using=using)
 
     def run(self, listener: Listener) -> None:
@@ -100,14 +109,7 @@ class Fetcher:
             if free < self.min_batch and len(self.inflight):
                 free = self.gather_slots(free)
             try:
-                jobs = lifecycle.fetch(
-                    self.queues,
-                    free,
-                    worker_id=self.worker_id,
-                    fields=FETCH_FIELDS,
-                    register=False,  # registered at start; the supervisor heartbeats
-                    using=self.using,
-                )
+                jobs = self.fetch(min(free, MAX_FETCH_COUNT))
             except Exception as exc:
                 if resilience.is_connection_error(exc):
                     # Logged once per outage; back off (the listener may be gone too).
@@ -119,8 +121,8 @@ class Fetcher:
                 continue
             self.outage.succeeded()
             if jobs:
-                # Configured defaults read once per batch (Django settings are slow to read).
-                self.submit(jobs, configured())
+                # The defaults the claim stored the jobs' deadlines from.
+                self.submit(jobs, self.fetch.defaults)
             if len(jobs) < free:
                 # The queues are empty for now: sleep until a push is notified
                 # (PostgreSQL LISTEN) or the poll interval passes.

@@ -296,6 +296,35 @@ def test_fetch__invalid_visibility_timeout():
         lifecycle.fetch(["default"], visibility_timeout=-1)
 
 
+def test_prepared_fetch__claims_as_fetch_does_call_after_call(settings):
+    """The worker's Fetch: made once, called for every fetch, same claims as fetch()."""
+    settings.OJS_VISIBILITY_TIMEOUT = 13
+    prepared = lifecycle.Fetch(["q1", "q2", "q1"], worker_id="w-prep", register=False)
+    low = django_ojs.enqueue("a", ["low"], queue="q2", priority=-1)
+    high = django_ojs.enqueue("a", ["high"], queue="q2", priority=1)
+    other = django_ojs.enqueue("a", ["q1"], queue="q1", priority=-50)
+    assert [j.id for j in prepared(2)] == [other.id, high.id]
+    assert [j.id for j in prepared(2)] == [low.id]
+    assert prepared(2) == []
+    stored = Job.objects.get(pk=low.pk)
+    assert (stored.state, stored.attempt, stored.worker_id) == ("active", 1, "w-prep")
+    assert stored.visible_until - stored.started_at == timedelta(seconds=13)
+    assert prepared.defaults.visibility_ms == 13_000
+    assert not Worker.objects.filter(id="w-prep").exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [({"queues": []}, "queues"), ({"queues": "default"}, "queues"),
+     ({"queues": ["default"], "worker_id": ""}, "worker_id"),
+     ({"queues": ["default"], "visibility_timeout": -1}, "visibility_timeout")],
+)  # fmt: skip
+def test_prepared_fetch__refuses_bad_arguments_when_made(arguments, field):
+    with pytest.raises(ValidationError) as info:
+        lifecycle.Fetch(**arguments)
+    assert info.value.field == field
+
+
 # ------------------------------------------------------------------------------ ack
 
 
