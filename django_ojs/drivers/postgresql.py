@@ -313,16 +313,44 @@ ENQUEUE_EVENTS = _event_select(
         ("", f"'priority', priority, 'scheduled_at', {_SCHEDULED_AT_SQL}"),
     ],
 )
-_PUSHED_CTE = """WITH pushed AS (
-    SELECT * FROM unnest(%(ids)b::uuid[], %(types)b::text[], %(queues)b::text[],
-                         %(states)b::text[], %(priorities)b::int[],
-                         %(scheduled)b::timestamptz[], %(metas)b::jsonb[])
-        AS j(id, type, queue, state, priority, scheduled_at, meta)
-)"""
-#: The events of a bulk push, stored (nobody wants them back).
-PUSH_EVENTS_SQL = f"{_PUSHED_CTE}\nINSERT INTO ojs_event ({_EVENT_COLUMN_LIST}) {ENQUEUE_EVENTS}"
-#: ... and returned (or only built), for event_emitted receivers.
-PUSH_EVENTS_RETURNING_SQL = _PUSHED_CTE + "{events}\nSELECT * FROM ev"
+#: What the events of pushed jobs are made of: (parameter, column, type).
+_PUSHED_COLUMNS = (
+    ("ids", "id", "uuid"), ("types", "type", "text"), ("queues", "queue", "text"),
+    ("states", "state", "text"), ("priorities", "priority", "int"),
+    ("scheduled", "scheduled_at", "timestamptz"), ("metas", "meta", "jsonb"),
+)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=128)
+def _pushed_cte(varying: tuple[bool, ...]) -> str:
+    """``WITH pushed AS (...)``: one row per pushed job. A column whose value differs
+    between the jobs comes from an array (unnested); one the batch shares (its type,
+    queue, state and priority, as a rule) is one parameter: psycopg dumps an array of
+    strings element by element in Python, 1 µs each."""
+    chosen = list(zip(_PUSHED_COLUMNS, varying, strict=True))
+    arrays = [f"%({param})b::{type_}[]" for (param, _, type_), vary in chosen if vary]
+    names = [column for (_, column, _), vary in chosen if vary]
+    select = [
+        f"j.{column}" if vary else f"%({param})s::{type_} AS {column}"
+        for (param, column, type_), vary in chosen
+    ]
+    return (
+        f"WITH pushed AS (SELECT {', '.join(select)}"
+        f" FROM unnest({', '.join(arrays)}) AS j({', '.join(names)}))"
+    )
+
+
+@functools.lru_cache(maxsize=128)
+def _push_events_sql(varying: tuple[bool, ...], events: EventMode) -> str:
+    """The events of a bulk push: stored (nobody wants them back), or returned (or only
+    built) for ``event_emitted`` receivers."""
+    if events is EventMode.STORE:
+        return (
+            f"{_pushed_cte(varying)} INSERT INTO ojs_event ({_EVENT_COLUMN_LIST}) {ENQUEUE_EVENTS}"
+        )
+    events_cte = _events_cte("ev", ENQUEUE_EVENTS, events)
+    return f"{_pushed_cte(varying)}{events_cte} SELECT * FROM ev"
+
 
 # Why raw SQL: advisory locks have no ORM equivalent. The transaction-scoped variant is
 # released at COMMIT/ROLLBACK, so a reaper that dies can never keep the leadership.
@@ -863,13 +891,11 @@ class PostgreSQLDriver(OrmDriver):
                 for row in values:
                     copy.write_row(row)
             rows: list[EventRow] = []
-            params = _pushed_params(jobs) if events is not EventMode.NONE else {}
-            params.update(now=now, source=source)
-            if events is EventMode.STORE:
-                cursor.execute(PUSH_EVENTS_SQL, params)
-            elif events.returned:
-                events_cte = _events_cte("ev", ENQUEUE_EVENTS, events)
-                cursor.execute(PUSH_EVENTS_RETURNING_SQL.format(events=events_cte), params)
+            if events is not EventMode.NONE:
+                varying, params = _pushed_params(jobs)
+                params.update(now=now, source=source)
+                cursor.execute(_push_events_sql(varying, events), params)
+            if events.returned:
                 order = {job.id: i for i, job in enumerate(jobs)}
                 rows = sorted(
                     (_event_row(r) for r in cursor.fetchall()), key=lambda r: order[r.job_id]
@@ -1009,8 +1035,9 @@ def _copy_rows(jobs: list[Job]) -> tuple[str, Iterable[tuple[Any, ...]]]:
     return ", ".join(columns), zip(*kept, strict=True)
 
 
-def _pushed_params(jobs: list[Job]) -> dict[str, Any]:
-    """The arrays ``_PUSHED_CTE`` unnests: what the events of pushed ``jobs`` are made of."""
+def _pushed_params(jobs: list[Job]) -> tuple[tuple[bool, ...], dict[str, Any]]:
+    """Which columns of :func:`_pushed_cte` vary, and its parameters for ``jobs``: the
+    values of a varying column, the one value of the others."""
     columns: list[list[Any]] = [[], [], [], [], [], [], []]
     ids, types, queues, states, priorities, scheduled, metas = columns
     for job in jobs:
@@ -1024,8 +1051,15 @@ def _pushed_params(jobs: list[Job]) -> dict[str, Any]:
         meta = fields["meta"]
         # Only the trace id of meta goes into an event (_event_select): send no more.
         metas.append(Jsonb({"trace_id": meta["trace_id"]}) if meta and "trace_id" in meta else None)
-    names = ("ids", "types", "queues", "states", "priorities", "scheduled", "metas")
-    return dict(zip(names, columns, strict=True))
+    # The ids always vary (and make the rows); a Jsonb wrapper never compares equal.
+    varying = tuple(
+        i == 0 or column.count(column[0]) != len(column) for i, column in enumerate(columns)
+    )
+    params = {
+        param: column if vary else column[0]
+        for (param, _, _), vary, column in zip(_PUSHED_COLUMNS, varying, columns, strict=True)
+    }
+    return varying, params
 
 
 def _outcomes(items: Sequence[Completion]) -> str:

@@ -148,6 +148,38 @@ def test_enqueue_many__sql_and_python_event_paths_agree(django_capture_on_commit
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize("receiver", [False, True])
+def test_enqueue_many__events_of_a_batch_sharing_some_values(
+    receiver, django_capture_on_commit_callbacks
+):
+    """A value every job of a batch shares goes to the events once, the others per job."""
+    at = timezone.now() + timedelta(hours=2)
+    batch = [
+        {"type": "same", "queue": "shared", "priority": 5, "scheduled_at": at, "args": [i],
+         "meta": {"trace_id": "t-1"} if i == 1 else {}}
+        for i in range(3)
+    ]  # fmt: skip
+    received = []
+    handler = lambda sender, event, **kw: received.append(event["data"])  # noqa: E731
+    if receiver:
+        signals.event_emitted.connect(handler)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            jobs = django_ojs.enqueue_many(batch)
+    finally:
+        signals.event_emitted.disconnect(handler)
+    expected = [
+        {"job_id": str(job.id), "job_type": "same", "queue": "shared", "state": "scheduled",
+         "scheduled_at": envelope.format_timestamp(at)} | ({"trace_id": "t-1"} if i == 1 else {})
+        for i, job in enumerate(jobs)
+    ]  # fmt: skip
+    assert [Event.objects.get(job_id=job.id).data for job in jobs] == expected
+    assert [e.type for e in Event.objects.filter(job_id__in=[j.id for j in jobs])] == [
+        "job.scheduled"
+    ] * 3
+    assert received == (expected if receiver else [])
+
+
 def test_enqueue_many__duplicate_ids_in_batch():
     job_id = uuid7()
     with pytest.raises(DuplicateJob):
