@@ -7,13 +7,14 @@ receivers see exactly what was stored. The rest is the portable ORM implementati
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -885,21 +886,28 @@ class PostgreSQLDriver(OrmDriver):
     def push_many(
         self, jobs: list[Job], *, available: set[str], now: datetime, events: EventMode, source: str
     ) -> list[EventRow]:
-        with _cursor(connections[self.using]) as cursor:
-            columns, values = _copy_rows(jobs)
+        connection = connections[self.using]
+        rows: list[EventRow] = []
+        with _cursor(connection) as cursor:
+            if events is EventMode.NONE:
+                columns, values = _copy_rows(jobs)
+            else:
+                varying, params = _pushed_params(jobs)
+                params.update(now=now, source=source)
+                # The events go first, in pipeline mode: PostgreSQL inserts them while
+                # the rows for COPY are made here (the events name their jobs by id;
+                # nothing references a job row, and the transaction commits both).
+                with _pipelined(connection):
+                    cursor.execute(_push_events_sql(varying, events), params)
+                    columns, values = _copy_rows(jobs)
+                if events.returned:
+                    order = {job.id: i for i, job in enumerate(jobs)}
+                    rows = sorted(
+                        (_event_row(r) for r in cursor.fetchall()), key=lambda r: order[r.job_id]
+                    )
             with cursor.copy(COPY_JOBS_SQL.format(columns=columns)) as copy:
                 for row in values:
                     copy.write_row(row)
-            rows: list[EventRow] = []
-            if events is not EventMode.NONE:
-                varying, params = _pushed_params(jobs)
-                params.update(now=now, source=source)
-                cursor.execute(_push_events_sql(varying, events), params)
-            if events.returned:
-                order = {job.id: i for i, job in enumerate(jobs)}
-                rows = sorted(
-                    (_event_row(r) for r in cursor.fetchall()), key=lambda r: order[r.job_id]
-                )
         self.after_push({job.queue for job in jobs}, available)
         return rows
 
@@ -1009,6 +1017,18 @@ def _job_values(job: Job) -> list[Any]:
 _DATETIME_JOB_COLUMNS = frozenset(
     i for i, f in enumerate(JOB_FIELDS) if f.get_internal_type() == "DateTimeField"
 )
+
+
+@contextlib.contextmanager
+def _pipelined(connection: Any) -> Iterator[None]:
+    """Statements executed inside go to the server without waiting for their results,
+    which are read (and their errors raised, as Django's) at the end of the block.
+    Without pipeline support in the client library (libpq < 14), they run one by one."""
+    if not psycopg.Pipeline.is_supported():
+        yield
+        return
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
 
 
 def _copy_rows(jobs: list[Job]) -> tuple[str, Iterable[tuple[Any, ...]]]:

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -66,10 +66,36 @@ def test_bulk_push_copies_and_returns_its_events(received, django_capture_on_com
     with django_capture_on_commit_callbacks(execute=True), CaptureQueriesContext(connection) as q:
         django_ojs.enqueue_many([{"type": "fast.bulk", "args": [i]} for i in range(20)])
     sql = statements(q)
-    assert len(sql) == 3, sql  # COPY jobs, INSERT … RETURNING events, queues + NOTIFY
-    assert sql[0].startswith("COPY ojs_job")
+    # INSERT … RETURNING events (pipelined), COPY jobs, queues + NOTIFY
+    assert len(sql) == 3, sql
+    assert sql[0].startswith("WITH pushed")
+    assert sql[1].startswith("COPY ojs_job")
     assert len(received) == 20
     assert_signalled_as_stored(received, {"job.enqueued"})
+
+
+@pytest.mark.parametrize("with_receiver", [False, True])
+def test_bulk_push__a_failing_events_statement_fails_the_push_whole(with_receiver, request):
+    """The events statement runs pipelined ahead of the COPY: its error still reaches the
+    caller as Django's, nothing of the batch stays, and the connection works on."""
+    if with_receiver:
+        request.getfixturevalue("received")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION pg_temp.refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'events refused'; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON ojs_event "
+            "FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse()"
+        )
+    with pytest.raises(DatabaseError, match="events refused"):
+        django_ojs.enqueue_many([{"type": "fast.bulk", "args": [i]} for i in range(5)])
+    assert not Job.objects.filter(type="fast.bulk").exists()
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER refuse ON ojs_event")
+    assert len(django_ojs.enqueue_many([{"type": "fast.bulk"}, {"type": "fast.bulk"}])) == 2
+    assert Event.objects.filter(data__job_type="fast.bulk").count() == 2
 
 
 #: JSON that COPY's text format and server-side binding must carry unchanged: tab, newline,
