@@ -889,26 +889,25 @@ class PostgreSQLDriver(OrmDriver):
         connection = connections[self.using]
         rows: list[EventRow] = []
         with _cursor(connection) as cursor:
-            if events is EventMode.NONE:
-                columns, values = _copy_rows(jobs)
-            else:
-                varying, params = _pushed_params(jobs)
-                params.update(now=now, source=source)
-                # The events go first, in pipeline mode: PostgreSQL inserts them while
-                # the rows for COPY are made here (the events name their jobs by id;
-                # nothing references a job row, and the transaction commits both).
-                with _pipelined(connection):
+            # The events and the queues' registration and NOTIFY go first, in pipeline
+            # mode: PostgreSQL runs them while the rows for COPY are made here (the
+            # events name their jobs by id, nothing references a job row, and the
+            # transaction commits it all; the NOTIFY is delivered at commit).
+            with _pipelined(connection):
+                if events is not EventMode.NONE:
+                    varying, params = _pushed_params(jobs)
+                    params.update(now=now, source=source)
                     cursor.execute(_push_events_sql(varying, events), params)
-                    columns, values = _copy_rows(jobs)
-                if events.returned:
-                    order = {job.id: i for i, job in enumerate(jobs)}
-                    rows = sorted(
-                        (_event_row(r) for r in cursor.fetchall()), key=lambda r: order[r.job_id]
-                    )
+                self.after_push({job.queue for job in jobs}, available)
+                columns, values = _copy_rows(jobs)
+            if events.returned:
+                order = {job.id: i for i, job in enumerate(jobs)}
+                rows = sorted(
+                    (_event_row(r) for r in cursor.fetchall()), key=lambda r: order[r.job_id]
+                )
             with cursor.copy(COPY_JOBS_SQL.format(columns=columns)) as copy:
                 for row in values:
                     copy.write_row(row)
-        self.after_push({job.queue for job in jobs}, available)
         return rows
 
     def insert_events(self, rows: list[EventRow]) -> None:
