@@ -86,6 +86,14 @@ def effective(
     ``defaults`` lets a batch read the settings once (:func:`configured`).
     """
     base = defaults or configured()
+    if (
+        visibility_ms is None
+        and job.visibility_timeout_ms is None
+        and job.timeout_ms is None
+        and job.grace_period_ms is None
+        and job.heartbeat_timeout_ms is None
+    ):
+        return base  # most jobs: the configured timeouts as they are, nothing to build
     return Durations(
         visibility_ms=(
             visibility_ms

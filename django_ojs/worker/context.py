@@ -37,7 +37,8 @@ def job_context(
     """A context for attempt ``attempt`` of ``job_id`` whose envelope loads on first use."""
     return JobContext(
         partial(load_envelope, job_id, using),
-        job_id=str(job_id),
+        # The summary has the id as text already (a UUID's str() is slow Python).
+        job_id=(summary or {}).get("id") or str(job_id),
         attempt=attempt,
         beat=beat,
         progress=progress,
