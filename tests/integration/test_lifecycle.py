@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -113,6 +116,23 @@ def test_enqueue_many__all_or_nothing():
     assert [j.args for j in jobs] == [[i] for i in range(50)]
 
 
+@contextlib.contextmanager
+def emitted(field: str, *, connect: bool = True) -> Iterator[list[Any]]:
+    """The ``field`` of each event sent to an ``event_emitted`` receiver inside the block
+    (none connected when ``connect`` is false)."""
+    got: list[Any] = []
+
+    def receiver(sender: Any, event: dict[str, Any], **kwargs: Any) -> None:
+        got.append(event[field])
+
+    if connect:
+        signals.event_emitted.connect(receiver)
+    try:
+        yield got
+    finally:
+        signals.event_emitted.disconnect(receiver)
+
+
 def test_enqueue_many__sql_and_python_event_paths_agree(django_capture_on_commit_callbacks):
     """PostgreSQL writes bulk enqueue events in SQL unless a signal receiver needs rows."""
     at = timezone.now() + timedelta(hours=1)
@@ -121,14 +141,8 @@ def test_enqueue_many__sql_and_python_event_paths_agree(django_capture_on_commit
         {"type": "b", "scheduled_at": at, "queue": "later"},
     ]
     first = django_ojs.enqueue_many(batch)
-    received = []
-    handler = lambda sender, event, **kw: received.append(event["type"])  # noqa: E731
-    signals.event_emitted.connect(handler)
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            second = django_ojs.enqueue_many(batch)
-    finally:
-        signals.event_emitted.disconnect(handler)
+    with emitted("type") as received, django_capture_on_commit_callbacks(execute=True):
+        second = django_ojs.enqueue_many(batch)
     assert received == ["job.enqueued", "job.scheduled"]
 
     def stored(jobs):
@@ -159,15 +173,11 @@ def test_enqueue_many__events_of_a_batch_sharing_some_values(
          "meta": {"trace_id": "t-1"} if i == 1 else {}}
         for i in range(3)
     ]  # fmt: skip
-    received = []
-    handler = lambda sender, event, **kw: received.append(event["data"])  # noqa: E731
-    if receiver:
-        signals.event_emitted.connect(handler)
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            jobs = django_ojs.enqueue_many(batch)
-    finally:
-        signals.event_emitted.disconnect(handler)
+    with (
+        emitted("data", connect=receiver) as received,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        jobs = django_ojs.enqueue_many(batch)
     expected = [
         {"job_id": str(job.id), "job_type": "same", "queue": "shared", "state": "scheduled",
          "scheduled_at": envelope.format_timestamp(at)} | ({"trace_id": "t-1"} if i == 1 else {})
