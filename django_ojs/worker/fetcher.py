@@ -108,8 +108,9 @@ class Fetcher:
                 continue
             if free < self.min_batch and len(self.inflight):
                 free = self.gather_slots(free)
+            count = min(free, MAX_FETCH_COUNT)  # one fetch claims at most this many
             try:
-                jobs = self.fetch(min(free, MAX_FETCH_COUNT))
+                jobs = self.fetch(count)
             except Exception as exc:
                 if resilience.is_connection_error(exc):
                     # Logged once per outage; back off (the listener may be gone too).
@@ -123,7 +124,7 @@ class Fetcher:
             if jobs:
                 # The defaults the claim stored the jobs' deadlines from.
                 self.submit(jobs, self.fetch.defaults)
-            if len(jobs) < free:
+            if len(jobs) < count:
                 # The queues are empty for now: sleep until a push is notified
                 # (PostgreSQL LISTEN) or the poll interval passes.
                 listener.wait(self.poll_interval)

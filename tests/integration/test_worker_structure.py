@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import pickle
+import threading
 import time
 from pathlib import Path
 
@@ -20,9 +21,11 @@ import django_ojs
 from django_ojs import lifecycle
 from django_ojs.context import JobContext
 from django_ojs.policy import configured, effective, ms_delta
+from django_ojs.registry import registry
 from django_ojs.worker import attempt as attempts
 from django_ojs.worker import messages
-from django_ojs.worker.fetcher import FETCH_FIELDS
+from django_ojs.worker.fetcher import FETCH_FIELDS, TERMINATE, Fetcher
+from django_ojs.worker.inflight import InFlight
 
 WORKER = Path(django_ojs.__file__).parent / "worker"
 PACKAGE = "django_ojs.worker"
@@ -142,3 +145,32 @@ def test_thread_pool__a_stop_while_runners_are_still_starting_ends_every_runner(
         alive = [t for t in threading.enumerate() if t.name.startswith("ojs-runner-stoptest")]
     assert alive == []
     assert pool._count <= 200
+
+
+@pytest.mark.django_db
+def test_fetcher__more_free_slots_than_one_fetch_may_claim_fetches_again_before_waiting():
+    """A worker with over 1,000 free slots claims 1,000 (the fetch limit), then fetches
+    the rest at once instead of sleeping on the listener as if the queue were empty."""
+    django_ojs.enqueue_many([{"type": "structure.many", "args": [i]} for i in range(1_200)])
+    submitted: list[object] = []
+    waited_after: list[int] = []
+    state = ["running"]
+
+    class Pool:
+        def submit(self, attempt: object) -> None:
+            submitted.append(attempt)
+
+    class Listener:
+        def wait(self, timeout: float) -> bool:
+            waited_after.append(len(submitted))
+            state[0] = TERMINATE
+            return False
+
+    fetcher = Fetcher(
+        "w-many", queues=["default"], concurrency=1_500, poll_interval=30.0,
+        handlers=registry, inflight=InFlight(lambda *a: None, lambda *a: None),
+        pool=Pool(), state=lambda: state[0], wakeup=threading.Event(),
+        beat=lambda: None, progress=lambda *a: None, using="default",
+    )  # fmt: skip
+    fetcher.run(Listener())
+    assert waited_after == [1_200]
