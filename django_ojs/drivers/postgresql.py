@@ -386,6 +386,13 @@ _LIMITED_SQL = """EXISTS (SELECT 1 FROM ojs_job WHERE state = 'available' AND ra
     OR EXISTS (SELECT 1 FROM ojs_queue WHERE name = ANY(%(queues)s::text[])
                  AND limits IS NOT NULL)"""
 LOOK_SQL = f"SELECT {_DUE_SQL},\n       {_LIMITED_SQL}\n"
+# After a claim of claim_if_clear that found nothing: the look, and whether the queue has
+# a job the claim could take (it may have been held back by a job due at its snapshot).
+AFTER_EMPTY_CLAIM_SQL = f"""SELECT {_DUE_SQL},
+       {_LIMITED_SQL},
+       EXISTS (SELECT 1 FROM ojs_job WHERE state = 'available' AND queue = %(queue)s
+                 AND rate_key IS NULL AND (stale_at IS NULL OR stale_at > %(now)s))
+"""
 # The claim of claim_if_clear: the same look, as a condition the claim checks once
 # (an uncorrelated subquery: PostgreSQL evaluates it one time, before any row).
 _CLEAR_SQL = f"NOT ({_DUE_SQL}\n    OR {_LIMITED_SQL})"
@@ -659,19 +666,29 @@ class PostgreSQLDriver(OrmDriver):
         register: list[str] | None = None,
     ) -> Written | None:
         # One statement: the claim, on the condition that nothing is due or limited (and
-        # the worker's sign of life, when asked). Only an empty result needs the look, to
-        # tell an empty queue from a held one. (A job promoted between the two reads as
-        # clear and this fetch returns nothing: the promotion wakes the workers, and the
-        # next fetch claims it.)
-        written = self._claim(
-            queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
-            defaults=defaults, fields=fields, events=events, source=source, clear=True,
-            durable=durable, touch=register,
-        )  # fmt: skip
+        # the worker's sign of life, when asked). Only an empty result needs a second
+        # look, to tell an empty queue from a held one.
+        def claim() -> Written:
+            return self._claim(
+                queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
+                defaults=defaults, fields=fields, events=events, source=source, clear=True,
+                durable=durable, touch=register,
+            )  # fmt: skip
+
+        written = claim()
         if written.jobs:
             return written
-        look = self.look([queue], now)
-        return None if look.due or look.limited else written
+        with _cursor(connections[self.using]) as cursor:
+            cursor.execute(AFTER_EMPTY_CLAIM_SQL, {"now": now, "queues": [queue], "queue": queue})
+            due, limited, available = cursor.fetchone()
+        if due or limited:
+            return None
+        if available:
+            # Clear now, with work available: the claim saw a job due that a promotion
+            # (the reaper's) has made available since, and was held back by it. Once
+            # more: an HTTP fetch would otherwise answer "no jobs" with one waiting.
+            written = claim()
+        return written
 
     def _claim(
         self,

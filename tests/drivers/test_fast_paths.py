@@ -18,6 +18,7 @@ from django.utils import timezone
 
 import django_ojs
 from django_ojs import lifecycle, signals
+from django_ojs.drivers import get_driver
 from django_ojs.models import Event, Job, Worker
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
@@ -334,3 +335,30 @@ def test_hot_statements_stay_in_psycopgs_conversion_cache(
     assert missed == []
     # The receiver was connected: the statements were the ones that return their events.
     assert {e["type"] for e in received} == {"job.enqueued", "job.started", "job.completed"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_fetch_claims_a_job_promoted_after_its_claims_snapshot(monkeypatch):
+    """The claim sees a retry due and holds back; the reaper's promotion of it commits
+    before the second look: the fetch still returns the job (an HTTP fetch answering
+    "no jobs" with one available failed the conformance suite's backoff tests)."""
+    job = django_ojs.enqueue("fast.retry", [1])
+    Job.objects.filter(pk=job.pk).update(
+        state="retryable", attempt=1, next_attempt_at=timezone.now() - timedelta(seconds=1)
+    )
+    driver = type(get_driver("default"))
+    real_claim = driver._claim
+    claims: list[int] = []
+
+    def claim_then_the_reaper_promotes(self, *args, **kwargs):
+        written = real_claim(self, *args, **kwargs)
+        claims.append(len(written.jobs))
+        if len(claims) == 1:
+            assert lifecycle.promote_due() == 1  # the reaper's pass, committed in between
+        return written
+
+    monkeypatch.setattr(driver, "_claim", claim_then_the_reaper_promotes)
+    got = lifecycle.fetch(["default"], 5, worker_id="w-race", register=False)
+    assert claims == [0, 1]  # held back by the due retry, then claimed once more
+    assert [j.pk for j in got] == [job.pk]
+    assert Job.objects.get(pk=job.pk).state == "active"
