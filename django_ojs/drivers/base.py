@@ -345,12 +345,14 @@ class Driver(ABC):
 
     @abstractmethod
     def push_many(
-        self, jobs: list[Job], *, available: set[str], now: datetime, events: EventMode, source: str
+        self, batches: Iterable[Sequence[Job]], *, now: datetime, events: EventMode, source: str
     ) -> list[EventRow]:
-        """Insert jobs and their enqueue events (:func:`enqueue_event`); register queues.
+        """Insert the jobs of ``batches`` and their enqueue events (:func:`enqueue_event`),
+        register their queues and wake (on commit) the workers of the queues that
+        received available jobs. Returns the event rows, in push order.
 
-        ``available`` names the queues that received available jobs (woken on commit).
-        Runs in the caller's transaction. Returns the event rows.
+        Runs in the caller's transaction. ``batches`` may be made lazily: a driver may
+        write one batch while the caller makes the next.
         """
 
     @abstractmethod

@@ -7,7 +7,7 @@ replaces the hot paths with single statements and keeps the rest. No vendor bran
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -95,12 +95,14 @@ class OrmDriver(Driver):
         return rows if events.returned else []
 
     def push_many(
-        self, jobs: list[Job], *, available: set[str], now: datetime, events: EventMode, source: str
+        self, batches: Iterable[Sequence[Job]], *, now: datetime, events: EventMode, source: str
     ) -> list[EventRow]:
+        jobs = [job for batch in batches for job in batch]
         Job.objects.using(self.using).bulk_create(jobs, batch_size=500)
         rows = [] if events is EventMode.NONE else job_rows(map(enqueue_event, jobs), source, now)
         if events.stored:
             self.insert_events(rows)
+        available = {job.queue for job in jobs if job.state == "available"}
         self.after_push({job.queue for job in jobs}, available)
         return rows if events.returned else []
 

@@ -122,8 +122,7 @@ def create_spec(spec: WorkflowSpec, *, using: str | None = None) -> Workflow:
         root = build.workflow(spec, parent=None, step=None, root=None, started=True, inputs=None)
         Workflow.objects.using(using).bulk_create(build.workflows)
         written = get_driver(using).push_many(
-            build.jobs,
-            available={row.queue for row in build.jobs if row.state == JobState.AVAILABLE},
+            [build.jobs],
             now=now,
             events=events.mode(),
             source=settings.EVENT_SOURCE,
@@ -621,7 +620,7 @@ def _reopen(workflow: Workflow, step: int, member_id: str, using: str, now: date
             Workflow.objects.using(using).bulk_create(copies.workflows)
         if copies.jobs:
             written = get_driver(using).push_many(
-                copies.jobs, available=set(), now=now, events=events.mode(),
+                [copies.jobs], now=now, events=events.mode(),
                 source=settings.EVENT_SOURCE,
             )  # fmt: skip
             events.signal(written, using)

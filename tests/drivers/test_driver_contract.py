@@ -357,7 +357,7 @@ def test_push_many__inserts_jobs_and_enqueue_events_per_mode(driver, mode):
     ]
     now = timezone.now()
     with transaction.atomic():
-        returned = driver.push_many(jobs, available={"bulk-a"}, now=now, events=mode, source=SOURCE)
+        returned = driver.push_many([jobs], now=now, events=mode, source=SOURCE)
     assert Job.objects.filter(id__in=[j.id for j in jobs]).count() == 3
     assert set(Queue.objects.values_list("name", flat=True)) >= {"bulk-a", "bulk-b"}
     stored = list(Event.objects.filter(job_id__in=[j.id for j in jobs]).order_by("seq"))
@@ -391,7 +391,7 @@ def test_push_many__stores_every_field_as_push_one_does(driver):
     many = [job_row(spec, now, 3) for spec in specs]
     one = [job_row(spec, now, 3) for spec in specs]  # the same rows, with their own ids
     with transaction.atomic():
-        driver.push_many(many, available={"rows-a"}, now=now, events=EventMode.NONE, source=SOURCE)
+        driver.push_many([many], now=now, events=EventMode.NONE, source=SOURCE)
         for job in one:
             driver.push_one(job, available=False, now=now, events=EventMode.NONE, source=SOURCE)
     names = [f.attname for f in Job._meta.concrete_fields if f.attname != "id"]
@@ -401,6 +401,77 @@ def test_push_many__stores_every_field_as_push_one_does(driver):
         assert stored_a == stored_b
         assert stored_a["created_at"] == now and stored_a["state"] == a.state
     assert many[1].state == "scheduled" and Job.objects.get(pk=many[1].id).scheduled_at == later
+
+
+@pytest.mark.parametrize("mode", [EventMode.STORE, EventMode.STORE_RETURN])
+def test_push_many__writes_batches_made_one_after_the_other(driver, mode):
+    """Batches may come from a generator (a driver may send one before the next is
+    made) and may differ in which columns they share: each is stored as a single push
+    stores it, with its events, returned in push order across batches."""
+    later = timezone.now() + timedelta(hours=1)
+    batches = [
+        [new_job(queue="lazy-a", args=[i]) for i in range(3)],
+        [new_job(queue="lazy-b", scheduled_at=later, meta={"trace_id": "t"})],
+        [new_job(queue="lazy-c", priority=i, tags=["x"] * i) for i in range(2)],
+    ]
+    made: list[int] = []
+
+    def lazily():
+        for index, batch in enumerate(batches):
+            made.append(index)
+            yield batch
+
+    now = timezone.now()
+    with transaction.atomic():
+        returned = driver.push_many(lazily(), now=now, events=mode, source=SOURCE)
+    jobs = [job for batch in batches for job in batch]
+    assert made == [0, 1, 2]
+    stored = {job.id: job for job in Job.objects.filter(id__in=[j.id for j in jobs])}
+    assert len(stored) == 6
+    for job in jobs:
+        row = stored[job.id]
+        assert (row.queue, row.args, row.priority, row.tags, row.state, row.meta) == (
+            job.queue, job.args, job.priority, job.tags, job.state, job.meta
+        )  # fmt: skip
+    events = list(Event.objects.filter(job_id__in=stored).order_by("seq"))
+    assert [e.job_id for e in events] == [j.id for j in jobs]
+    assert events[3].type == "job.scheduled" and events[3].data["trace_id"] == "t"
+    if mode.returned:
+        assert [r.job_id for r in returned] == [j.id for j in jobs]
+    assert set(Queue.objects.values_list("name", flat=True)) >= {"lazy-a", "lazy-b", "lazy-c"}
+
+
+def test_push_many__an_error_while_a_later_batch_is_made_leaves_nothing(driver):
+    """The first batch may be on its way when making the second fails: the error
+    reaches the caller, the transaction keeps nothing, the connection works on."""
+
+    def batches():
+        yield [new_job(type="suite.half", args=[i]) for i in range(3)]
+        raise RuntimeError("cannot make the next batch")
+
+    with pytest.raises(RuntimeError, match="next batch"), transaction.atomic():
+        driver.push_many(batches(), now=timezone.now(), events=EventMode.STORE, source=SOURCE)
+    assert not Job.objects.filter(type="suite.half").exists()
+    assert not Event.objects.filter(data__job_type="suite.half").exists()
+    with transaction.atomic():
+        driver.push_many(
+            [[new_job(type="suite.half")]], now=timezone.now(), events=EventMode.STORE,
+            source=SOURCE,
+        )  # fmt: skip
+    assert Job.objects.filter(type="suite.half").count() == 1
+
+
+def test_push_many__keeps_json_values_python_finds_equal(driver):
+    """1 == True == 1.0 in Python: a batch must still store each job's own JSON."""
+    jobs = [new_job(args=[1], meta={"n": 1}), new_job(args=[True], meta={"n": True}),
+            new_job(args=[1.0], meta={"n": 1.0})]  # fmt: skip
+    with transaction.atomic():
+        driver.push_many([jobs], now=timezone.now(), events=EventMode.NONE, source=SOURCE)
+    stored = {j.id: (j.args, j.meta) for j in Job.objects.filter(id__in=[j.id for j in jobs])}
+    for job, value in zip(jobs, [1, True, 1.0], strict=True):
+        args, meta = stored[job.id]
+        assert (args, meta) == ([value], {"n": value})
+        assert (type(args[0]), type(meta["n"])) == (type(value), type(value))
 
 
 def test_after_push__registers_queues_idempotently(driver):

@@ -19,6 +19,7 @@ from django.utils import timezone
 import django_ojs
 from django_ojs import lifecycle, signals
 from django_ojs.drivers import get_driver
+from django_ojs.lifecycle.push import PUSH_BATCH
 from django_ojs.models import Event, Job, Worker
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
@@ -63,22 +64,28 @@ def test_single_push_is_one_statement(received, django_capture_on_commit_callbac
     assert_signalled_as_stored(received, {"job.enqueued"})
 
 
-def test_bulk_push_copies_and_returns_its_events(received, django_capture_on_commit_callbacks):
+@pytest.mark.parametrize("count", [20, PUSH_BATCH * 2 + 1])
+def test_bulk_push_is_one_statement_per_batch_and_returns_its_events(
+    count, received, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True), CaptureQueriesContext(connection) as q:
-        django_ojs.enqueue_many([{"type": "fast.bulk", "args": [i]} for i in range(20)])
+        pushed = django_ojs.enqueue_many([{"type": "fast.bulk", "args": [i]} for i in range(count)])
     sql = statements(q)
-    # Pipelined: INSERT … RETURNING events, queues + NOTIFY; then COPY jobs.
-    assert len(sql) == 3, sql
-    assert sql[0].startswith("WITH pushed")
-    assert "pg_notify" in sql[1]
-    assert sql[2].startswith("COPY ojs_job")
-    assert len(received) == 20
+    # Pipelined: per batch, one INSERT of its jobs and their events; then queues + NOTIFY.
+    batches = -(-count // PUSH_BATCH)
+    assert len(sql) == batches + 1, sql
+    assert all(s.startswith("WITH pushed AS (INSERT INTO ojs_job") for s in sql[:-1])
+    assert "pg_notify" in sql[-1]
+    assert [e["data"]["job_id"] for e in received] == [str(j.id) for j in pushed]
     assert_signalled_as_stored(received, {"job.enqueued"})
+    stored = dict(Job.objects.filter(type="fast.bulk").values_list("id", "args"))
+    assert stored == {j.id: j.args for j in pushed}
 
 
+@pytest.mark.parametrize("count", [5, PUSH_BATCH + 5])
 @pytest.mark.parametrize("with_receiver", [False, True])
-def test_bulk_push__a_failing_events_statement_fails_the_push_whole(with_receiver, request):
-    """The events statement runs pipelined ahead of the COPY: its error still reaches the
+def test_bulk_push__a_failing_events_statement_fails_the_push_whole(with_receiver, count, request):
+    """The statements of a bulk push run pipelined: an error in one still reaches the
     caller as Django's, nothing of the batch stays, and the connection works on."""
     if with_receiver:
         request.getfixturevalue("received")
@@ -92,7 +99,7 @@ def test_bulk_push__a_failing_events_statement_fails_the_push_whole(with_receive
             "FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse()"
         )
     with pytest.raises(DatabaseError, match="events refused"):
-        django_ojs.enqueue_many([{"type": "fast.bulk", "args": [i]} for i in range(5)])
+        django_ojs.enqueue_many([{"type": "fast.bulk", "args": [i]} for i in range(count)])
     assert not Job.objects.filter(type="fast.bulk").exists()
     with connection.cursor() as cursor:
         cursor.execute("DROP TRIGGER refuse ON ojs_event")
