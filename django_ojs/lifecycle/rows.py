@@ -67,17 +67,25 @@ def new_ids(n: int) -> list[UUID]:
     return [UUID(int=first + k) for k in range(n)]
 
 
+_PENDING, _SCHEDULED = JobState.PENDING.value, JobState.SCHEDULED.value
+_AVAILABLE = JobState.AVAILABLE.value
+
+
 def _values(spec: JobSpec, now: datetime, default_max_attempts: int, id_: Any) -> dict[str, Any]:
     """Every concrete field of the row ``spec`` makes (with id ``id_``), by attname."""
     if spec.pending:  # digest §8.34: pending wins over a future scheduled_at
-        state = JobState.PENDING.value
+        state = _PENDING
     elif spec.scheduled_at is not None and spec.scheduled_at > now:
-        state = JobState.SCHEDULED.value
+        state = _SCHEDULED
     else:
-        state = JobState.AVAILABLE.value
+        state = _AVAILABLE
     policy = spec.retry
     deadline = now + ms_delta(spec.total_timeout_ms) if spec.total_timeout_ms else None
-    ttl = now + ms_delta(spec.enqueue_ttl_ms) if spec.enqueue_ttl_ms else None
+    if spec.expires_at is None and not spec.enqueue_ttl_ms and deadline is None:
+        stale = None  # most jobs: nothing makes them stale
+    else:
+        ttl = now + ms_delta(spec.enqueue_ttl_ms) if spec.enqueue_ttl_ms else None
+        stale = _earliest(spec.expires_at, ttl, deadline)
     values = {
         "id": id_,
         "type": spec.type,
@@ -102,7 +110,7 @@ def _values(spec: JobSpec, now: datetime, default_max_attempts: int, id_: Any) -
         "enqueue_ttl_ms": spec.enqueue_ttl_ms,
         "grace_period_ms": spec.grace_period_ms,
         "heartbeat_timeout_ms": spec.heartbeat_timeout_ms,
-        "result_ttl": _result_ttl(spec.result_ttl),
+        "result_ttl": None if spec.result_ttl is None else _result_ttl(spec.result_ttl),
         "scheduled_at": spec.scheduled_at,
         "expires_at": spec.expires_at,
         "created_at": now,
@@ -110,26 +118,32 @@ def _values(spec: JobSpec, now: datetime, default_max_attempts: int, id_: Any) -
         "errors": [],
         "dead_letter": False,
         "deadline_at": deadline,
-        "stale_at": _earliest(spec.expires_at, ttl, deadline),
+        "stale_at": stale,
     }
-    row = _BLANK.copy()
+    template, made_defaults = _template(values)
+    row = template.copy()
     row.update(values)
-    for field in _defaulted(values):  # fields added later still get their defaults
+    for field in made_defaults:  # a default made by a callable: one per row
         row[field.attname] = field.get_default()
     return row
 
 
-#: The fields :func:`_values` leaves to their defaults (its keys never change).
-_left_to_default: list[Any] | None = None
+#: What :func:`_values` starts each row from: every concrete field None, or its
+#: default when :func:`_values` leaves it to that (fields added later still get
+#: theirs); and the fields among those whose default a callable makes.
+_start: tuple[dict[str, Any], list[Any]] | None = None
 
 
-def _defaulted(values: dict[str, Any]) -> list[Any]:
-    global _left_to_default
-    if _left_to_default is None:
-        _left_to_default = [
-            f for f in Job._meta.concrete_fields if f.has_default() and f.attname not in values
-        ]
-    return _left_to_default
+def _template(values: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    global _start
+    if _start is None:
+        left = [f for f in Job._meta.concrete_fields if f.has_default() and f.attname not in values]
+        template = {
+            **_BLANK,
+            **{f.attname: f.get_default() for f in left if not callable(f.default)},
+        }
+        _start = (template, [f for f in left if callable(f.default)])
+    return _start
 
 
 def _result_ttl(seconds: int | None) -> timedelta | None:
