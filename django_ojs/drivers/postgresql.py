@@ -348,7 +348,7 @@ def _push_batch_sql(shape: tuple[int, ...], casts: tuple[str, ...], events: Even
         if kind == _SHARED:
             select.append(f"%(c{i})s::{casts[i]}")
         else:
-            arrays.append(f"%(c{i})s::{casts[i]}[]")
+            arrays.append(f"%(c{i})b::{casts[i]}[]")  # binary: psycopg dumps it in C
             names.append(f"c{i}")
             select.append(f"j.c{i}")
     insert = (
