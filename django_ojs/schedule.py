@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
-
 from django_ojs.exceptions import ValidationError
 from django_ojs.validation import parse_duration
 
@@ -69,6 +67,8 @@ class Schedule:
         zone = ZoneInfo(self.timezone)
         local = after.astimezone(zone).replace(tzinfo=None)
         assert self.cron is not None
+        from croniter import CroniterError, croniter  # imported here: see parse()
+
         it = croniter(self.cron, local, second_at_beginning=self.seconds)
         for _ in range(_MAX_CANDIDATES):
             try:
@@ -123,6 +123,10 @@ def parse(expression: object, timezone: object = "UTC") -> Schedule:
             field="expression",
         )
     seconds = fields == 6
+    # Imported here, not at the top: croniter (with dateutil) costs a worker or web
+    # process that never parses a calendar expression about 6 ms of its start-up.
+    from croniter import croniter
+
     if not croniter.is_valid(cron, second_at_beginning=seconds):
         raise ValidationError(f"'{text}' is not a valid cron expression", field="expression")
     schedule = Schedule(text, tz, cron=cron, seconds=seconds)
