@@ -1057,6 +1057,7 @@ def _pipelined(connection: Any) -> Iterator[None]:
     if not psycopg.Pipeline.is_supported():
         yield
         return
+    connection.ensure_connection()
     with connection.wrap_database_errors, connection.connection.pipeline():
         yield
 

@@ -13,7 +13,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from uuid6 import uuid7
 
@@ -472,6 +472,18 @@ def test_push_many__keeps_json_values_python_finds_equal(driver):
         args, meta = stored[job.id]
         assert (args, meta) == ([value], {"n": value})
         assert (type(args[0]), type(meta["n"])) == (type(value), type(value))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_push_many__opens_its_connection_when_none_is_open(driver):
+    """Outside a transaction, on a thread whose connection is not open yet."""
+    connection.close()
+    driver.push_many(
+        [[new_job(type="suite.fresh")]], now=timezone.now(), events=EventMode.STORE,
+        source=SOURCE,
+    )  # fmt: skip
+    assert Job.objects.filter(type="suite.fresh").count() == 1
+    assert Event.objects.filter(data__job_type="suite.fresh").count() == 1
 
 
 def test_after_push__registers_queues_idempotently(driver):
