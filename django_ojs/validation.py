@@ -175,6 +175,8 @@ def check_json(value: Any, path: str, *, max_depth: int | None = None) -> Any:
         return _scalar(value, (path,))
     if not value:  # most jobs' meta and extra: nothing to check
         return {} if isinstance(value, dict) else []
+    if not isinstance(value, dict) and (max_depth is None or max_depth > 0) and _flat(value):
+        return list(value)  # most jobs' args: no walk, 0.3 against 1.2 µs for [1]
     limit = max_depth  # the setting is read only for nested input (a flat list is common)
     unstorable = _UNSTORABLE.search
     root: list[Any] = [None]
@@ -215,6 +217,23 @@ def check_json(value: Any, path: str, *, max_depth: int | None = None) -> Any:
                 copy[k] = _scalar(v, (location, k))
         parent[key] = copy
     return root[0]
+
+
+def _flat(items: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every one of ``items`` passes as it is: a string the store can hold, an
+    int of at most 14,000 bits, a bool or None (anything else takes the full walk)."""
+    unstorable = _UNSTORABLE.search
+    for v in items:
+        cls = v.__class__
+        if cls is str:
+            if unstorable(v):
+                return False
+        elif cls is int:
+            if v.bit_length() > 14_000:
+                return False
+        elif v is not None and cls is not bool:
+            return False
+    return True
 
 
 def json_depth_exceeds(value: Any, limit: int) -> bool:

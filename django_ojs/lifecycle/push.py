@@ -283,7 +283,7 @@ def enqueue_many(
         try:
             if isinstance(item, JobSpec):
                 specs.append(item)
-            elif isinstance(item, Mapping):
+            elif item.__class__ is dict or isinstance(item, Mapping):  # ABC check: 0.3 µs
                 options = dict(item)
                 if "type" not in options:
                     raise ValidationError("type is required", field="type")

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_ojs import validation
+from django_ojs import envelope, validation
 from django_ojs.envelope import build
 from django_ojs.exceptions import EnvelopeTooLarge, NotStorable, ValidationError
 from django_ojs.retry import parse_duration
@@ -262,9 +262,40 @@ def test_check_json__an_empty_container_comes_back_as_a_new_one(empty):
     assert not empty  # the caller's value is left alone
 
 
-def test_build__the_size_limit_counts_the_compact_json_of_args_meta_extra_and_unique():
+@pytest.mark.parametrize(
+    "value",
+    [[1, "a", None, True, False], ("t", 2), [10**4299], ["é€😀"], [1.5, "x"], [{"k": 1}, 2]],
+)
+def test_check_json__a_flat_array_comes_back_as_a_new_list_equal_to_it(value):
+    checked = validation.check_json(value, "args")
+    assert checked == list(value) and checked is not value and type(checked) is list
+
+
+@pytest.mark.parametrize(
+    ("value", "field", "message"),
+    [
+        ([1, "a\x00b"], "args[1]", "NUL"),
+        (["\ud800"], "args[0]", "surrogate"),
+        ([1, 10**14_000], "args[1]", "digits"),
+        ([float("nan")], "args[0]", "NaN"),
+        ([b"bytes"], "args[0]", "JSON-native"),
+    ],
+)
+def test_check_json__a_flat_array_is_refused_where_the_full_walk_refuses_it(value, field, message):
+    with pytest.raises(ValidationError, match=message) as caught:
+        validation.check_json(value, "args")
+    assert caught.value.field == field
+
+
+def test_check_json__max_depth_zero_refuses_even_a_flat_array():
+    with pytest.raises(ValidationError, match="nested"):
+        validation.check_json([1], "args", max_depth=0)
+
+
+@pytest.mark.parametrize("make", [build, envelope.build_plain], ids=["build", "build_plain"])
+def test_build__the_size_limit_counts_the_compact_json_of_args_meta_extra_and_unique(make):
     exact = len('[["xx"],{},{},null]') + len("t.size")
-    assert build("t.size", ["xx"], max_bytes=exact).args == ["xx"]
+    assert make("t.size", ["xx"], max_bytes=exact).args == ["xx"]
     with pytest.raises(EnvelopeTooLarge) as info:
-        build("t.size", ["xx"], max_bytes=exact - 1)
+        make("t.size", ("xx",), max_bytes=exact - 1)
     assert info.value.details == {"size": exact, "limit": exact - 1}
