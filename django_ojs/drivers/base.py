@@ -112,6 +112,18 @@ def enqueue_event(job: Job) -> tuple[str, Job, dict[str, Any]]:
     return ("job.enqueued", job, {"priority": job.priority, "scheduled_at": job.scheduled_at})
 
 
+def pushed_queues(jobs: Iterable[Job]) -> tuple[set[str], set[str]]:
+    """The queues of pushed ``jobs`` (to register), and those that received available
+    jobs (whose workers a push wakes on commit)."""
+    queues: set[str] = set()
+    available: set[str] = set()
+    for job in jobs:
+        queues.add(job.queue)
+        if job.state == "available":
+            available.add(job.queue)
+    return queues, available
+
+
 @dataclass(frozen=True)
 class Completion:
     """One ACK: complete ``job_id`` with ``result`` if it is still active.

@@ -22,6 +22,7 @@ from django_ojs.drivers.base import (
     Written,
     enqueue_event,
     job_rows,
+    pushed_queues,
 )
 from django_ojs.models import Event, Job, Queue, Worker
 from django_ojs.policy import elapsed_ms
@@ -102,8 +103,7 @@ class OrmDriver(Driver):
         rows = [] if events is EventMode.NONE else job_rows(map(enqueue_event, jobs), source, now)
         if events.stored:
             self.insert_events(rows)
-        available = {job.queue for job in jobs if job.state == "available"}
-        self.after_push({job.queue for job in jobs}, available)
+        self.after_push(*pushed_queues(jobs))
         return rows if events.returned else []
 
     def after_push(self, queues: set[str], available: set[str]) -> None:

@@ -37,6 +37,7 @@ from django_ojs.drivers.base import (
     Written,
     enqueue_event,
     job_rows,
+    pushed_queues,
 )
 from django_ojs.drivers.orm import OrmDriver
 from django_ojs.models import Job, Worker, loaded_jobs
@@ -932,10 +933,9 @@ class PostgreSQLDriver(OrmDriver):
                     cursor = _cursor(connection)
                 cursor.execute(_push_batch_sql(shape, casts, events), params)
                 sent.append((cursor, jobs))
-                for job in jobs:
-                    queues.add(job.queue)
-                    if job.state == "available":
-                        available.add(job.queue)
+                batch_queues, batch_available = pushed_queues(jobs)
+                queues |= batch_queues
+                available |= batch_available
             if queues:
                 self.after_push(queues, available)
         rows: list[EventRow] = []
