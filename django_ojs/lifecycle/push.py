@@ -13,10 +13,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from django_ojs import middleware
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
-from django_ojs.envelope import JobSpec
-from django_ojs.exceptions import DuplicateJob, ValidationError
+from django_ojs.envelope import JobSpec, check_plain_size, plain_fit, unsized_plain
+from django_ojs.exceptions import DuplicateJob, EnvelopeTooLarge, OJSError, ValidationError
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.rows import (
     build_spec,
@@ -48,7 +49,7 @@ def push_many(
     now = timezone.now()
     default_max_attempts = default_retry_policy().max_attempts
     given_ids = {spec.id for spec in specs if spec.id is not None}
-    if _middleware:
+    if _middleware and middleware.enqueue_chain().enqueue_needed():
         kept = [through_middleware(spec) for spec in specs]
         survivors = [spec for spec in kept if spec is not None]
         if len(survivors) < len(specs):
@@ -279,9 +280,13 @@ def enqueue_many(
     """
     specs = []
     max_bytes, retry_base = settings.MAX_ENVELOPE_BYTES, default_retry_policy()
+    plain: list[int] = []  # the items with a type and args only: their sizes are checked together
     for index, item in enumerate(jobs):
         try:
-            if isinstance(item, JobSpec):
+            if item.__class__ is dict and "type" in item and item.keys() <= _PLAIN_KEYS:
+                specs.append(unsized_plain(item["type"], item.get("args", ())))
+                plain.append(index)
+            elif isinstance(item, JobSpec):
                 specs.append(item)
             elif item.__class__ is dict or isinstance(item, Mapping):  # ABC check: 0.3 µs
                 options = dict(item)
@@ -298,9 +303,24 @@ def enqueue_many(
                 )
             else:
                 raise ValidationError("each job must be a mapping or a JobSpec", field="")
-        except ValidationError as exc:
-            exc.details["index"] = index
-            exc.message = f"jobs[{index}]: {exc.message}"
-            exc.args = (exc.message,)
+        except (ValidationError, EnvelopeTooLarge) as exc:
+            _at(index, exc)
             raise
+    if plain and not plain_fit([specs[index] for index in plain], max_bytes):
+        for index in plain:
+            try:
+                check_plain_size(specs[index], max_bytes)
+            except EnvelopeTooLarge as exc:
+                _at(index, exc)
+                raise
     return push_many(specs, using=using)
+
+
+_PLAIN_KEYS = frozenset({"type", "args"})
+
+
+def _at(index: int, exc: OJSError) -> None:
+    """Make ``exc`` the error of the batch's item ``index``, which it names."""
+    exc.details["index"] = index
+    exc.message = f"jobs[{index}]: {exc.message}"
+    exc.args = (exc.message,)

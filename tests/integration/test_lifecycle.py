@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from uuid6 import uuid7
@@ -17,6 +18,7 @@ import django_ojs
 from django_ojs import envelope, lifecycle, queues, signals
 from django_ojs.exceptions import (
     DuplicateJob,
+    EnvelopeTooLarge,
     InvalidTransition,
     JobNotFound,
     ReservationMismatch,
@@ -188,6 +190,31 @@ def test_enqueue_many__events_of_a_batch_sharing_some_values(
         "job.scheduled"
     ] * 3
     assert received == (expected if receiver else [])
+
+
+@override_settings(OJS_MAX_ENVELOPE_BYTES=2_000)
+def test_enqueue_many__names_the_plain_job_over_the_size_limit():
+    """Jobs of a type and args only have their sizes checked together; the one too
+    large is still the one the error names, and nothing is written."""
+    batch = [{"type": "a.b", "args": ["x" * 300]} for _ in range(6)]  # 1,800 bytes together
+    assert len(django_ojs.enqueue_many(batch)) == 6
+    batch += [{"type": "a.b", "queue": "q", "args": []}, {"type": "a.b", "args": ["y" * 1_990]}]
+    with pytest.raises(EnvelopeTooLarge) as info:
+        django_ojs.enqueue_many(batch)
+    assert info.value.details["index"] == 7
+    assert info.value.message.startswith("jobs[7]: Job envelope is ")
+    assert Job.objects.count() == 6
+
+
+def test_enqueue_many__a_plain_item_is_validated_like_any_other():
+    for item, field in [({"type": "Bad Type"}, "type"), ({"type": "a", "args": {}}, "args")]:
+        with pytest.raises(ValidationError) as info:
+            django_ojs.enqueue_many([{"type": "a"}, item])
+        assert (info.value.details["index"], info.value.field) == (1, field)
+    with pytest.raises(ValidationError) as info:
+        django_ojs.enqueue_many([{"args": [1]}])
+    assert info.value.message == "jobs[0]: type is required"
+    assert not Job.objects.exists()
 
 
 def test_enqueue_many__duplicate_ids_in_batch():

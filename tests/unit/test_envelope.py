@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -304,3 +305,26 @@ def test_build_plain__refuses_what_build_refuses(type_, args, field):
 def test_build_plain__refuses_an_envelope_over_the_limit():
     with pytest.raises(EnvelopeTooLarge):
         envelope.build_plain("a.b", ["x" * 100], max_bytes=50)
+
+
+def test_plain_fit__answers_for_every_job_at_once():
+    specs = [envelope.unsized_plain("a.b", ["x" * 100]) for _ in range(3)]
+    together = len(json.dumps([s.args for s in specs], separators=(",", ":")))
+    # Within: all the jobs' arguments, the fixed part and the longest type fit.
+    limit = together + envelope._PLAIN_SIZE + envelope.TYPE_MAX_LENGTH
+    assert envelope.plain_fit(specs, limit)
+    # Not sure: each job is then checked on its own, and each fits here.
+    assert not envelope.plain_fit(specs, limit - 1)
+    for spec in specs:
+        assert envelope.check_plain_size(spec, 200) is spec
+    with pytest.raises(EnvelopeTooLarge):
+        envelope.check_plain_size(specs[0], 100)
+
+
+def test_validate_type__remembers_only_valid_types():
+    assert envelope._validate_type("c.d") == "c.d"
+    assert "c.d" in envelope._VALID_TYPES
+    for bad in ["C.D", "", 5, None]:
+        with pytest.raises(ValidationError):
+            envelope._validate_type(bad)
+    assert "C.D" not in envelope._VALID_TYPES
