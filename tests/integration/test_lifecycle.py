@@ -192,6 +192,33 @@ def test_enqueue_many__events_of_a_batch_sharing_some_values(
     assert received == (expected if receiver else [])
 
 
+@pytest.mark.parametrize("receiver", [False, True])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"queue": "q", "priority": -2}, {"pending": True}, {"meta": {"trace_id": "t-2"}}],
+)
+def test_enqueue_many__events_of_a_uniform_batch(
+    receiver, options, django_capture_on_commit_callbacks
+):
+    """Jobs that differ only in their args: their events as any other batch's."""
+    batch = [{"type": "a.b", "args": [i], **options} for i in range(4)]
+    with (
+        emitted("data", connect=receiver) as received,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        jobs = django_ojs.enqueue_many(batch)
+    state = "pending" if options.get("pending") else "available"
+    expected = [
+        {"job_id": str(job.id), "job_type": "a.b", "queue": options.get("queue", "default"),
+         "state": state, "priority": options.get("priority", 0)} | options.get("meta", {})
+        for job in jobs
+    ]  # fmt: skip
+    events = [Event.objects.get(job_id=job.id) for job in jobs]
+    assert [e.data for e in events] == expected
+    assert {(e.type, e.source) for e in events} == {("job.enqueued", "ojs://django-ojs")}
+    assert received == (expected if receiver else [])
+
+
 @override_settings(OJS_MAX_ENVELOPE_BYTES=2_000)
 def test_enqueue_many__names_the_plain_job_over_the_size_limit():
     """Jobs of a type and args only have their sizes checked together; the one too
