@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.db import transaction
 from django.utils import timezone
@@ -278,12 +278,15 @@ def enqueue_many(
     option, or a :class:`~django_ojs.envelope.JobSpec`. A validation error names the
     failing item's index in ``exc.details["index"]``.
     """
+    items = jobs if isinstance(jobs, list) else list(jobs)
+    if _streamable(items):
+        return _push_plain(items, using=using)
     specs = []
     max_bytes, retry_base = settings.MAX_ENVELOPE_BYTES, default_retry_policy()
     plain: list[int] = []  # the items with a type and args only: their sizes are checked together
-    for index, item in enumerate(jobs):
+    for index, item in enumerate(items):
         try:
-            if item.__class__ is dict and "type" in item and item.keys() <= _PLAIN_KEYS:
+            if _is_plain(item):
                 specs.append(unsized_plain(item["type"], item.get("args", ())))
                 plain.append(index)
             elif isinstance(item, JobSpec):
@@ -306,14 +309,83 @@ def enqueue_many(
         except (ValidationError, EnvelopeTooLarge) as exc:
             _at(index, exc)
             raise
-    if plain and not plain_fit([specs[index] for index in plain], max_bytes):
-        for index in plain:
+    _check_plain_sizes([specs[index] for index in plain], plain, max_bytes)
+    return push_many(specs, using=using)
+
+
+def _is_plain(item: Any) -> bool:
+    """An item of :func:`enqueue_many` with a type and args only, as most are."""
+    return item.__class__ is dict and "type" in item and item.keys() <= _PLAIN_KEYS
+
+
+def _check_plain_sizes(specs: list[JobSpec], indexes: Sequence[int], max_bytes: int) -> None:
+    """The size check of ``specs``, jobs with no options that are the items ``indexes``
+    of a push: all at once when they fit (:func:`~django_ojs.envelope.plain_fit`), else
+    one by one, so that the error names the item too large."""
+    if not specs or plain_fit(specs, max_bytes):
+        return
+    for index, spec in zip(indexes, specs, strict=True):
+        try:
+            check_plain_size(spec, max_bytes)
+        except EnvelopeTooLarge as exc:
+            _at(index, exc)
+            raise
+
+
+def _streamable(items: list[Any]) -> TypeGuard[list[dict[str, Any]]]:
+    """True when :func:`_push_plain` may push ``items``: two or more, each a type and
+    args only, with no enqueue middleware to run and no allowed-types rule to apply."""
+    return (
+        len(items) > 1
+        and all(map(_is_plain, items))
+        and settings.ALLOWED_JOB_TYPES is None
+        and not middleware.enqueue_chain().enqueue_needed()
+    )
+
+
+def _push_plain(items: list[dict[str, Any]], *, using: str | None) -> list[Job]:
+    """:func:`enqueue_many` of jobs that have a type and args only (:func:`_streamable`),
+    all or none, each batch validated only as it is sent.
+
+    The PostgreSQL driver sends each batch as soon as it is made, so the database
+    writes one batch while the next one is validated and made here: validating
+    all of them first kept it waiting for about 3 ms of every 1,000 jobs. An item found
+    invalid raises as it would have before anything was sent, and what was sent rolls
+    back with the push's transaction (a savepoint inside the caller's).
+    """
+    using = db(using)
+    now = timezone.now()
+    rows: list[Job] = []
+    with transaction.atomic(using=using):
+        written = get_driver(using).push_many(
+            _plain_batches(items, now, rows),
+            now=now,
+            events=events.mode(),
+            source=settings.EVENT_SOURCE,
+        )
+    events.signal(written, using)
+    return _saved(rows, using)
+
+
+def _plain_batches(
+    items: list[dict[str, Any]], now: datetime, made: list[Job]
+) -> Iterator[list[Job]]:
+    """The rows of plain ``items``, validated :data:`PUSH_BATCH` at a time, each batch
+    added to ``made`` as it is made."""
+    max_bytes = settings.MAX_ENVELOPE_BYTES
+    default_max_attempts = default_retry_policy().max_attempts
+    for start in range(0, len(items), PUSH_BATCH):
+        specs = []
+        for index, item in enumerate(items[start : start + PUSH_BATCH], start):
             try:
-                check_plain_size(specs[index], max_bytes)
-            except EnvelopeTooLarge as exc:
+                specs.append(unsized_plain(item["type"], item.get("args", ())))
+            except ValidationError as exc:
                 _at(index, exc)
                 raise
-    return push_many(specs, using=using)
+        _check_plain_sizes(specs, range(start, start + len(specs)), max_bytes)
+        rows = job_rows(specs, now, default_max_attempts)
+        made.extend(rows)
+        yield rows
 
 
 _PLAIN_KEYS = frozenset({"type", "args"})

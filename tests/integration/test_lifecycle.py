@@ -24,6 +24,7 @@ from django_ojs.exceptions import (
     ReservationMismatch,
     ValidationError,
 )
+from django_ojs.lifecycle.push import PUSH_BATCH
 from django_ojs.models import Event, Job, Queue, Worker
 from tests.factories import JobFactory
 
@@ -242,6 +243,32 @@ def test_enqueue_many__a_plain_item_is_validated_like_any_other():
         django_ojs.enqueue_many([{"args": [1]}])
     assert info.value.message == "jobs[0]: type is required"
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"type": "a.b", "args": "no"}, ValidationError),
+        ({"type": "a.b", "args": ["x" * 3_000]}, EnvelopeTooLarge),
+    ],
+)
+@override_settings(OJS_MAX_ENVELOPE_BYTES=2_000)
+def test_enqueue_many__an_item_found_bad_after_batches_were_sent_writes_nothing(bad, error):
+    """Plain jobs are validated one batch at a time, as the batches are sent: an item
+    of a later batch that is refused rolls back what was sent, and only that."""
+    index = 2 * PUSH_BATCH + 7  # in the third batch
+    batch: list[dict[str, Any]] = [{"type": "a.b", "args": [i]} for i in range(3 * PUSH_BATCH)]
+    batch[index] = bad
+    with transaction.atomic():
+        Worker.objects.create(id="caller-row")  # the caller's own row, which survives
+        with pytest.raises(error) as info:
+            django_ojs.enqueue_many(batch)
+    assert info.value.details["index"] == index
+    assert info.value.message.startswith(f"jobs[{index}]: ")
+    assert not Job.objects.exists() and not Event.objects.exists()
+    assert Worker.objects.filter(id="caller-row").exists()
+    del batch[index]
+    assert len(django_ojs.enqueue_many(iter(batch))) == Job.objects.count() == len(batch)
 
 
 def test_enqueue_many__duplicate_ids_in_batch():
