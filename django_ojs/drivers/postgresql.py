@@ -319,8 +319,9 @@ ENQUEUE_EVENTS = _event_select(
 # column's values come as one array when they differ between the batch's jobs, as one
 # value when the batch shares it (its type, queue and timestamps, as a rule: psycopg
 # dumps an array element by element), and not at all when every job leaves it NULL
-# (the table's own NULL).
-_NULL, _SHARED, _VARYING = 0, 1, 2
+# (the table's own NULL). The arrays are taken apart side by side (``ROWS FROM``); a
+# JSON column's values are one JSON array (``jsonb_array_elements``), encoded at once.
+_NULL, _SHARED, _VARYING, _JSON_ARRAY = 0, 1, 2, 3
 _ID_INDEX = JOB_COLUMNS.index("id")
 _PUSHED_RETURNING = "id, type, queue, state, priority, scheduled_at, meta"
 _COLUMN = {str(column): i for i, column in enumerate(JOB_COLUMNS)}
@@ -378,13 +379,16 @@ def _push_batch_sql(
         columns.append(f'"{JOB_COLUMNS[i]}"')
         if kind == _SHARED:
             select.append(f"%(c{i})s::{casts[i]}")
+            continue
+        if kind == _JSON_ARRAY:
+            arrays.append(f"jsonb_array_elements(%(c{i})s::jsonb)")
         else:
-            arrays.append(f"%(c{i})b::{casts[i]}[]")  # binary: psycopg dumps it in C
-            names.append(f"c{i}")
-            select.append(f"j.c{i}")
+            arrays.append(f"unnest(%(c{i})b::{casts[i]}[])")  # binary: psycopg dumps it in C
+        names.append(f"c{i}")
+        select.append(f"j.c{i}")
     insert = (
         f"INSERT INTO ojs_job ({', '.join(columns)}) SELECT {', '.join(select)}"
-        f" FROM unnest({', '.join(arrays)}) AS j({', '.join(names)})"
+        f" FROM ROWS FROM ({', '.join(arrays)}) AS j({', '.join(names)})"
     )
     if events is EventMode.NONE:
         return insert
@@ -1109,6 +1113,12 @@ def _batch_params(jobs: Sequence[Job]) -> tuple[tuple[int, ...], dict[str, Any]]
             if column.count({}) == size or column.count([]) == size:  # most meta, tags...
                 shape.append(_SHARED)
                 params[name] = _dumps(column[0])
+                continue
+            if column.count(column[0]) != size and None not in column:  # most args
+                # One JSON array of the batch's values, which PostgreSQL takes apart:
+                # one call of the encoder instead of one per job (1 µs each).
+                shape.append(_JSON_ARRAY)
+                params[name] = json.dumps(column)
                 continue
             # Compared as JSON text: 1 == True == 1.0 in Python, not in JSON.
             column = tuple([None if v is None else _dumps(v) for v in column])

@@ -474,6 +474,24 @@ def test_push_many__keeps_json_values_python_finds_equal(driver):
         assert (type(args[0]), type(meta["n"])) == (type(value), type(value))
 
 
+def test_push_many__stores_each_jobs_own_varying_json(driver):
+    """Varying JSON columns, with and without NULLs among them, keep each job's value."""
+    values = [
+        ([1, "é\u2028"], {"k": [None, {"x": 1.5}]}, None),
+        ([{"nested": [[], {}]}], {"k": "v"}, {"max_attempts": 2}),
+        ([], {"n": 10**20}, None),
+    ]
+    jobs = [new_job(args=a, meta=m, retry=r) for a, m, r in values]
+    with transaction.atomic():
+        driver.push_many([jobs], now=timezone.now(), events=EventMode.NONE, source=SOURCE)
+    stored = {
+        j.id: (j.args, j.meta, j.retry) for j in Job.objects.filter(id__in=[j.id for j in jobs])
+    }
+    assert [stored[job.id] for job in jobs] == [(j.args, j.meta, j.retry) for j in jobs]
+    assert [(j.args, j.meta) for j in jobs] == [(a, m) for a, m, _ in values]
+    assert [stored[job.id][2] is None for job in jobs] == [True, False, True]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_push_many__opens_its_connection_when_none_is_open(driver):
     """Outside a transaction, on a thread whose connection is not open yet."""
