@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import uuid
 from datetime import timedelta
 
@@ -85,3 +87,12 @@ def test_job_rows__give_the_jobs_without_an_id_increasing_ids_and_keep_given_one
     assert jobs[1].id == given
     made = [jobs[0].id, jobs[2].id, jobs[3].id]
     assert made == sorted(made) and len(set(made)) == 3 and given not in made
+
+
+def test_new_ids__are_the_uuids_their_ints_make():
+    ids = rows.new_ids(3)
+    for made in ids:
+        same = uuid.UUID(int=made.int)
+        assert (made, hash(made), str(made), made.version) == (same, hash(same), str(same), 7)
+        assert (made.is_safe, type(made)) == (same.is_safe, uuid.UUID)
+        assert copy.deepcopy(made) == pickle.loads(pickle.dumps(made)) == made
