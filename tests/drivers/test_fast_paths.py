@@ -6,13 +6,14 @@ the receiver must get exactly the events that were stored.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -62,6 +63,36 @@ def test_single_push_is_one_statement(received, django_capture_on_commit_callbac
         django_ojs.enqueue("fast.one", [1])
     assert len(statements(q)) == 1
     assert_signalled_as_stored(received, {"job.enqueued"})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_single_pushes_across_query_logging_reconnections_and_threads():
+    """A single push runs on a cursor its connection keeps: pushes still reach the
+    database and are logged when queries are, after a reconnection, on any thread."""
+    django_ojs.enqueue("fast.kept", [0])
+    with CaptureQueriesContext(connection) as q:
+        django_ojs.enqueue("fast.kept", [1])
+        django_ojs.enqueue("fast.kept", [2])
+    assert len(statements(q)) == 2 and all("INSERT INTO ojs_job" in s for s in statements(q))
+    django_ojs.enqueue("fast.kept", [3])
+    connection.close()
+    django_ojs.enqueue("fast.kept", [4])
+
+    def push(n: int) -> None:
+        try:
+            for i in range(20):
+                django_ojs.enqueue("fast.kept", [n, i])
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=push, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    args = sorted(Job.objects.filter(type="fast.kept").values_list("args", flat=True))
+    assert args == sorted([[i] for i in range(5)] + [[n, i] for n in range(3) for i in range(20)])
+    assert Event.objects.filter(data__job_type="fast.kept").count() == 65
 
 
 @pytest.mark.parametrize("count", [20, PUSH_BATCH * 2 + 1])
