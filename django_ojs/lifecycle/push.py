@@ -280,11 +280,17 @@ def enqueue_many(
     """
     items = jobs if isinstance(jobs, list) else list(jobs)
     if _streamable(items):
-        return _push_plain(items, using=using)
-    specs = []
+        return _push_streamed(items, using=using)
+    return push_many(_specs(items, 0), using=using)
+
+
+def _specs(items: Sequence[Any], start: int) -> list[JobSpec]:
+    """The validated specs of ``items``, the items of a push from index ``start`` on;
+    an error names its item's index."""
     max_bytes, retry_base = settings.MAX_ENVELOPE_BYTES, default_retry_policy()
+    specs = []
     plain: list[int] = []  # the items with a type and args only: their sizes are checked together
-    for index, item in enumerate(items):
+    for index, item in enumerate(items, start):
         try:
             if _is_plain(item):
                 specs.append(unsized_plain(item["type"], item.get("args", ())))
@@ -309,8 +315,15 @@ def enqueue_many(
         except (ValidationError, EnvelopeTooLarge) as exc:
             _at(index, exc)
             raise
-    _check_plain_sizes([specs[index] for index in plain], plain, max_bytes)
-    return push_many(specs, using=using)
+    unsized = [specs[index - start] for index in plain]
+    if unsized and not plain_fit(unsized, max_bytes):
+        for index, spec in zip(plain, unsized, strict=True):
+            try:
+                check_plain_size(spec, max_bytes)
+            except EnvelopeTooLarge as exc:
+                _at(index, exc)
+                raise
+    return specs
 
 
 def _is_plain(item: Any) -> bool:
@@ -318,34 +331,27 @@ def _is_plain(item: Any) -> bool:
     return item.__class__ is dict and "type" in item and item.keys() <= _PLAIN_KEYS
 
 
-def _check_plain_sizes(specs: list[JobSpec], indexes: Sequence[int], max_bytes: int) -> None:
-    """The size check of ``specs``, jobs with no options that are the items ``indexes``
-    of a push: all at once when they fit (:func:`~django_ojs.envelope.plain_fit`), else
-    one by one, so that the error names the item too large."""
-    if not specs or plain_fit(specs, max_bytes):
-        return
-    for index, spec in zip(indexes, specs, strict=True):
-        try:
-            check_plain_size(spec, max_bytes)
-        except EnvelopeTooLarge as exc:
-            _at(index, exc)
-            raise
+def _streams(item: Any) -> bool:
+    """An item :func:`_push_streamed` may push: a dict with a type, without an id or a
+    unique policy (both are checked against the whole push before it is written)."""
+    return item.__class__ is dict and "type" in item and "id" not in item and "unique" not in item
 
 
 def _streamable(items: list[Any]) -> TypeGuard[list[dict[str, Any]]]:
-    """True when :func:`_push_plain` may push ``items``: two or more, each a type and
-    args only, with no enqueue middleware to run and no allowed-types rule to apply."""
+    """True when :func:`_push_streamed` may push ``items``: two or more that each
+    stream (:func:`_streams`), with no enqueue middleware to run and no allowed-types
+    rule to apply."""
     return (
         len(items) > 1
-        and all(map(_is_plain, items))
+        and all(map(_streams, items))
         and settings.ALLOWED_JOB_TYPES is None
         and not middleware.enqueue_chain().enqueue_needed()
     )
 
 
-def _push_plain(items: list[dict[str, Any]], *, using: str | None) -> list[Job]:
-    """:func:`enqueue_many` of jobs that have a type and args only (:func:`_streamable`),
-    all or none, each batch validated only as it is sent.
+def _push_streamed(items: list[dict[str, Any]], *, using: str | None) -> list[Job]:
+    """:func:`enqueue_many` of ``items`` (:func:`_streamable`), all or none, each batch
+    validated only as it is sent.
 
     The PostgreSQL driver sends each batch as soon as it is made, so the database
     writes one batch while the next one is validated and made here: validating
@@ -358,7 +364,7 @@ def _push_plain(items: list[dict[str, Any]], *, using: str | None) -> list[Job]:
     rows: list[Job] = []
     with transaction.atomic(using=using):
         written = get_driver(using).push_many(
-            _plain_batches(items, now, rows),
+            _streamed_batches(items, now, rows),
             now=now,
             events=events.mode(),
             source=settings.EVENT_SOURCE,
@@ -367,23 +373,14 @@ def _push_plain(items: list[dict[str, Any]], *, using: str | None) -> list[Job]:
     return _saved(rows, using)
 
 
-def _plain_batches(
+def _streamed_batches(
     items: list[dict[str, Any]], now: datetime, made: list[Job]
 ) -> Iterator[list[Job]]:
-    """The rows of plain ``items``, validated :data:`PUSH_BATCH` at a time, each batch
-    added to ``made`` as it is made."""
-    max_bytes = settings.MAX_ENVELOPE_BYTES
+    """The rows of ``items``, validated :data:`PUSH_BATCH` at a time, each batch added
+    to ``made`` as it is made."""
     default_max_attempts = default_retry_policy().max_attempts
     for start in range(0, len(items), PUSH_BATCH):
-        specs = []
-        for index, item in enumerate(items[start : start + PUSH_BATCH], start):
-            try:
-                specs.append(unsized_plain(item["type"], item.get("args", ())))
-            except ValidationError as exc:
-                _at(index, exc)
-                raise
-        _check_plain_sizes(specs, range(start, start + len(specs)), max_bytes)
-        rows = job_rows(specs, now, default_max_attempts)
+        rows = job_rows(_specs(items[start : start + PUSH_BATCH], start), now, default_max_attempts)
         made.extend(rows)
         yield rows
 

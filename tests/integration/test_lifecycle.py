@@ -250,14 +250,20 @@ def test_enqueue_many__a_plain_item_is_validated_like_any_other():
     [
         ({"type": "a.b", "args": "no"}, ValidationError),
         ({"type": "a.b", "args": ["x" * 3_000]}, EnvelopeTooLarge),
+        ({"type": "a.b", "queue": "q", "timeout": -1}, ValidationError),
+        ({"type": "a.b", "meta": {"blob": "x" * 3_000}}, EnvelopeTooLarge),
     ],
 )
 @override_settings(OJS_MAX_ENVELOPE_BYTES=2_000)
 def test_enqueue_many__an_item_found_bad_after_batches_were_sent_writes_nothing(bad, error):
-    """Plain jobs are validated one batch at a time, as the batches are sent: an item
-    of a later batch that is refused rolls back what was sent, and only that."""
+    """Jobs without an id or a unique policy are validated one batch at a time, as the
+    batches are sent: an item of a later batch that is refused rolls back what was
+    sent, and only that."""
     index = 2 * PUSH_BATCH + 7  # in the third batch
-    batch: list[dict[str, Any]] = [{"type": "a.b", "args": [i]} for i in range(3 * PUSH_BATCH)]
+    batch: list[dict[str, Any]] = [
+        {"type": "a.b", "args": [i]} | ({"queue": "q", "priority": 3} if i % 3 else {})
+        for i in range(3 * PUSH_BATCH)
+    ]
     batch[index] = bad
     with transaction.atomic():
         Worker.objects.create(id="caller-row")  # the caller's own row, which survives
@@ -268,7 +274,24 @@ def test_enqueue_many__an_item_found_bad_after_batches_were_sent_writes_nothing(
     assert not Job.objects.exists() and not Event.objects.exists()
     assert Worker.objects.filter(id="caller-row").exists()
     del batch[index]
-    assert len(django_ojs.enqueue_many(iter(batch))) == Job.objects.count() == len(batch)
+    jobs = django_ojs.enqueue_many(iter(batch))
+    assert len(jobs) == Job.objects.count() == Event.objects.count() == len(batch)
+    stored = dict(Job.objects.values_list("id", "queue"))
+    assert [stored[job.id] for job in jobs] == [item.get("queue", "default") for item in batch]
+
+
+def test_enqueue_many__with_ids_or_unique_policies_checks_the_whole_push_first():
+    """Such items are not streamed: a duplicate is refused before anything is sent."""
+    unique = {"keys": ["args"]}
+    existing = django_ojs.enqueue("a.b", [1], unique=unique)
+    batch = [{"type": "a.b", "args": [i]} for i in range(2, 2 * PUSH_BATCH)]
+    for last in [
+        {"type": "a.b", "id": existing.id},
+        {"type": "a.b", "args": [1], "unique": unique},
+    ]:
+        with pytest.raises(DuplicateJob):
+            django_ojs.enqueue_many([*batch, last])
+        assert list(Job.objects.values_list("id", flat=True)) == [existing.id]
 
 
 def test_enqueue_many__duplicate_ids_in_batch():
