@@ -58,7 +58,7 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
             result.analyzed = lifecycle.refresh_statistics(using=using)
     if result.analyzed:
         logger.info(
-            "analysed %s: more rows changed since its last analysis than it then held",
+            "analysed %s: twice the rows it held at its last analysis, or more",
             ", ".join(result.analyzed),
         )
     steps = [

@@ -416,13 +416,14 @@ class Driver(ABC):
         already holds the single write lock. Call inside a transaction.
         """
 
-    def refresh_statistics(self, *, min_changes: int) -> list[str]:
+    def refresh_statistics(self, *, min_rows: int) -> list[str]:
         """Analyse the job tables whose planner statistics are badly out of date.
 
-        A table is analysed when more rows changed since its last analysis than it held
-        then, and at least ``min_changes``: a table filled in seconds, which autovacuum
-        reaches only a minute or more later. Returns the tables analysed. PostgreSQL
-        only (its plans follow the statistics); elsewhere nothing is done.
+        A table is analysed when it holds at least twice the rows it held at its last
+        analysis, and at least ``min_rows``: a table filled in seconds, which autovacuum
+        reaches only a minute or more later. Updates (claims, completions) do not count.
+        Returns the tables analysed. PostgreSQL only (its plans follow the statistics);
+        elsewhere nothing is done.
         """
         return []
 

@@ -376,8 +376,8 @@ def _delete(rows: QuerySet[Any], limit: int | None) -> int:
     return int(rows.model._default_manager.using(rows.db).filter(pk__in=ids).delete()[0])
 
 
-#: Changes since the last analysis below which the job table is left to autovacuum.
-STATISTICS_MIN_CHANGES = 1_000
+#: Rows below which a job table is left to autovacuum.
+STATISTICS_MIN_ROWS = 1_000
 
 
 def refresh_statistics(*, using: str | None = None) -> list[str]:
@@ -387,11 +387,12 @@ def refresh_statistics(*, using: str | None = None) -> list[str]:
     a table filled in seconds (a new deployment, a backfill, a burst after a quiet spell)
     is planned on the statistics of the empty one until then, and claims read every
     waiting job to find the first ones. The reaper asks each pass; a table is analysed
-    when more rows changed than it held at its last analysis (and at least
-    ``STATISTICS_MIN_CHANGES``), which autovacuum keeps from happening on a live system.
+    when it holds at least twice the rows it held at its last analysis (and at least
+    ``STATISTICS_MIN_ROWS``), which autovacuum keeps from happening on a live system.
+    Claims and completions change no row count: draining a backlog sets nothing off.
     Returns the tables analysed.
     """
-    return get_driver(db(using)).refresh_statistics(min_changes=STATISTICS_MIN_CHANGES)
+    return get_driver(db(using)).refresh_statistics(min_rows=STATISTICS_MIN_ROWS)
 
 
 def purge_all(*, using: str | None = None) -> dict[str, int]:

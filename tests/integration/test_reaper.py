@@ -196,6 +196,24 @@ def test_a_pass_leaves_a_table_with_few_changes_to_autovacuum():
 
 
 @pytest.mark.postgresql
+def test_a_pass_leaves_a_drained_table_alone_and_analyses_it_once_it_doubled():
+    """Claims and completions change no row count: a backlog drained after the table's
+    analysis sets no analysis off, however many rows they changed."""
+    lifecycle.enqueue_many([{"type": "stats.drain", "args": [i]} for i in range(1_500)])
+    wait_for_changes(1_500)  # counted before the analysis, which starts the count anew
+    with connections["default"].cursor() as cursor:
+        cursor.execute("ANALYZE ojs_job")  # of the 1,500 waiting jobs
+    while jobs := lifecycle.fetch(["default"], 500, worker_id="w-drain"):
+        lifecycle.ack_many([(job.id, job.attempt, None) for job in jobs], worker_id="w-drain")
+    wait_for_changes(3_000)  # 1,500 claims and 1,500 completions since the analysis
+    assert Job.objects.filter(state="completed").count() == 1_500
+    assert reaper.run_once().analyzed == []
+    lifecycle.enqueue_many([{"type": "stats.more", "args": [i]} for i in range(1_500)])
+    wait_for_changes(4_500)
+    assert reaper.run_once().analyzed == ["ojs_job"]  # 3,000 rows: twice the 1,500
+
+
+@pytest.mark.postgresql
 def test_a_job_table_the_role_does_not_own_is_left_to_autovacuum():
     # ANALYZE by a role that does not own the table only warns and counts nothing: a
     # reaper that tried anyway would try again every pass.
