@@ -17,11 +17,11 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
-from uuid6 import uuid7
 
 from django_ojs import validation
 from django_ojs.conf import settings
 from django_ojs.exceptions import EnvelopeTooLarge, OJSError
+from django_ojs.ids import uuid7
 
 #: The spec version this binding speaks (HB §3.2); sent as ``OJS-Version`` on every response.
 OJS_VERSION = "1.0"

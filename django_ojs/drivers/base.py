@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from django.db.models import QuerySet
 from django.utils import timezone
-from uuid6 import uuid7
 
 from django_ojs import envelope
+from django_ojs.ids import uuid7
 from django_ojs.models import Event, Job
 
 if TYPE_CHECKING:

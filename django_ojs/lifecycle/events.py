@@ -14,12 +14,12 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from uuid6 import uuid7
 
 from django_ojs import signals
 from django_ojs.conf import settings
 from django_ojs.drivers import EventMode, EventRow, get_driver, job_data
 from django_ojs.drivers import job_rows as build_rows
+from django_ojs.ids import uuid7
 from django_ojs.models import Event, Job
 
 __all__ = ["EventRow", "emit_job", "emit_many", "emit_other", "job_data", "job_rows", "mode"]

@@ -8,11 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID, SafeUUID
 
-from uuid6 import uuid7
-
-from django_ojs import envelope, middleware, validation
+from django_ojs import envelope, ids, middleware, validation
 from django_ojs.conf import settings
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import ValidationError
@@ -34,51 +31,15 @@ _BLANK = dict.fromkeys(f.attname for f in Job._meta.concrete_fields)
 
 def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
     """The unsaved row a push inserts for ``spec`` (its state follows the schedule)."""
-    return unsaved_job(_values(spec, now, default_max_attempts, spec.id or uuid7()))
+    return unsaved_job(_values(spec, now, default_max_attempts, spec.id or ids.uuid7()))
 
 
 def job_rows(specs: list[JobSpec], now: datetime, default_max_attempts: int) -> list[Job]:
     """:func:`job_row` of each of ``specs``; the ids they lack are made in one go."""
-    ids = iter(new_ids(sum(1 for spec in specs if spec.id is None)))
+    fresh = iter(ids.uuid7s(sum(1 for spec in specs if spec.id is None)))
     return unsaved_jobs(
-        [_values(spec, now, default_max_attempts, spec.id or next(ids)) for spec in specs]
+        [_values(spec, now, default_max_attempts, spec.id or next(fresh)) for spec in specs]
     )
-
-
-#: The 62 random bits that end a UUIDv7 (RFC 9562 §5.7: ``rand_b``).
-_RAND_B = (1 << 62) - 1
-
-
-def new_ids(n: int) -> list[UUID]:
-    """``n`` new UUIDv7s in increasing order.
-
-    uuid6 draws fresh random bits for each id, a system call each (3.7 µs an id here, a
-    seventh of a bulk push's Python time). RFC 9562 §6.2 (method 2, "monotonic random")
-    lets the ids of one moment count up from one random value instead: the first id is
-    uuid6's, the others add 1, 2, ... to its random bits. uuid6 moves its own clock past
-    that first id's millisecond, so the ids it makes later still sort after these.
-    They are the standard library's ``UUID`` (uuid6's subclass costs 1.5 µs more each).
-    """
-    if n <= 1:
-        return [uuid7() for _ in range(n)]
-    first = uuid7().int
-    while first & _RAND_B > _RAND_B - n:  # the count would reach the variant bits
-        first = uuid7().int
-    return [_uuid(first + k) for k in range(n)]
-
-
-_new, _set, _UNKNOWN = object.__new__, object.__setattr__, SafeUUID.unknown
-
-
-def _uuid(value: int) -> UUID:
-    """``UUID(int=value)`` for a ``value`` known to be a valid 128-bit UUID, without
-    ``UUID.__init__``'s parsing of its five kinds of input: 0.2 against 0.5 µs. The
-    attributes set are the two ``UUID`` has (its ``__slots__``), as ``__init__`` and
-    ``__setstate__`` set them."""
-    made = _new(UUID)
-    _set(made, "int", value)
-    _set(made, "is_safe", _UNKNOWN)
-    return made
 
 
 _PENDING, _SCHEDULED = JobState.PENDING.value, JobState.SCHEDULED.value
@@ -177,7 +138,7 @@ def through_middleware(spec: JobSpec) -> JobSpec | None:
     if not chain.enqueue_needed():
         return spec
     if spec.id is None:
-        spec = replace(spec, id=uuid7())
+        spec = replace(spec, id=ids.uuid7())
     out = chain.run_enqueue(spec, _keep)
     if out is None or out is spec:
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -292,6 +293,26 @@ def test_enqueue_many__with_ids_or_unique_policies_checks_the_whole_push_first()
         with pytest.raises(DuplicateJob):
             django_ojs.enqueue_many([*batch, last])
         assert list(Job.objects.values_list("id", flat=True)) == [existing.id]
+
+
+def test_job_ids_stay_on_the_clock_and_in_push_order_however_fast_jobs_come():
+    """A job's UUIDv7 id is its creation time: a producer pushing more than one job a
+    millisecond must not make ids ahead of the clock (FIFO across producers, time
+    partitions), and its jobs sort in the order they were pushed."""
+    before = time.time_ns() // 1_000_000
+    pushed = []
+    for i in range(300):
+        pushed.append(django_ojs.enqueue("a.clock", [i]))
+        if i % 100 == 0:
+            pushed.extend(
+                django_ojs.enqueue_many([{"type": "a.clock", "args": [i, j]} for j in range(200)])
+            )
+    after = time.time_ns() // 1_000_000
+    made = [job.id for job in pushed]
+    assert made == sorted(made) and len(set(made)) == len(made) == 900
+    assert before <= made[0].int >> 80 and made[-1].int >> 80 <= after
+    events = Event.objects.filter(job_id__in=made).values_list("id", flat=True)
+    assert all(before <= event.int >> 80 <= after for event in events)
 
 
 def test_enqueue_many__duplicate_ids_in_batch():

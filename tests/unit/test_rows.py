@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import copy
-import pickle
-import uuid
 from datetime import timedelta
 
 from django.db.models.signals import post_init
 from django.utils import timezone
 from uuid6 import uuid7
 
-from django_ojs.lifecycle import rows
 from django_ojs.lifecycle.rows import build_spec, job_row, job_rows
 from django_ojs.models import Job
 
@@ -54,32 +50,6 @@ def test_init_signal_receivers_still_hear_of_each_row() -> None:
     assert seen[0].type == "rows.check"
 
 
-def test_new_ids__increasing_distinct_uuid7s_that_sort_before_later_ones():
-    before = uuid7()
-    ids = rows.new_ids(1000)
-    after = uuid7()
-    assert ids == sorted(ids) and len(set(ids)) == 1000
-    assert {i.version for i in ids} == {7} and {i.variant for i in ids} == {uuid.RFC_4122}
-    assert before < ids[0] and ids[-1] < after
-
-
-def test_new_ids__none_and_one():
-    assert rows.new_ids(0) == []
-    (one,) = rows.new_ids(1)
-    assert one.version == 7
-
-
-def test_new_ids__never_count_into_the_variant_bits(monkeypatch):
-    # A first id whose random bits are one short of their maximum: counting 10 up from it
-    # would carry into the variant; another first id is drawn.
-    near_end = uuid.UUID(int=(uuid7().int | rows._RAND_B) - 1)
-    draws = iter([near_end, uuid7()])
-    monkeypatch.setattr(rows, "uuid7", lambda: next(draws))
-    ids = rows.new_ids(10)
-    assert near_end not in ids and ids == sorted(ids)
-    assert {i.variant for i in ids} == {uuid.RFC_4122} and {i.version for i in ids} == {7}
-
-
 def test_job_rows__give_the_jobs_without_an_id_increasing_ids_and_keep_given_ones():
     given = uuid7()
     specs = [spec(), spec(id=str(given)), spec(), spec()]
@@ -87,12 +57,3 @@ def test_job_rows__give_the_jobs_without_an_id_increasing_ids_and_keep_given_one
     assert jobs[1].id == given
     made = [jobs[0].id, jobs[2].id, jobs[3].id]
     assert made == sorted(made) and len(set(made)) == 3 and given not in made
-
-
-def test_new_ids__are_the_uuids_their_ints_make():
-    ids = rows.new_ids(3)
-    for made in ids:
-        same = uuid.UUID(int=made.int)
-        assert (made, hash(made), str(made), made.version) == (same, hash(same), str(same), 7)
-        assert (made.is_safe, type(made)) == (same.is_safe, uuid.UUID)
-        assert copy.deepcopy(made) == pickle.loads(pickle.dumps(made)) == made
