@@ -66,53 +66,75 @@ def push_many(
     if not specs:
         return []
     given = [spec.id for spec in specs if spec.id in given_ids]
-    driver = get_driver(using)
-    mode = events.mode()
     if any(spec.unique_policy is not None for spec in specs):
         return _push_unique(specs, job_rows(specs, now, default_max_attempts), given, now, using)
-    rows: list[Job] = []
-    if len(specs) == 1 and not given:
-        # One atomic statement on PostgreSQL: no transaction of our own (a savepoint
-        # inside the caller's transaction would add two round trips to the hot path).
-        job = job_row(specs[0], now, default_max_attempts)
-        rows.append(job)
-        written = driver.push_one(
-            job,
-            available=job.state == JobState.AVAILABLE,
-            now=now,
-            events=mode,
-            source=settings.EVENT_SOURCE,
-        )
-    else:
-        with transaction.atomic(using=using):
-            if given:
-                _refuse_duplicates(given, using)
-            written = driver.push_many(
-                _batches(specs, now, default_max_attempts, rows),
-                now=now,
-                events=mode,
-                source=settings.EVENT_SOURCE,
-            )
+    if len(specs) > 1 or given:
+        return _push_batches(specs, now, using, given=given)
+    # One atomic statement on PostgreSQL: no transaction of our own (a savepoint inside
+    # the caller's transaction would add two round trips to the hot path).
+    job = job_row(specs[0], now, default_max_attempts)
+    written = get_driver(using).push_one(
+        job,
+        available=job.state == JobState.AVAILABLE,
+        now=now,
+        events=events.mode(),
+        source=settings.EVENT_SOURCE,
+    )
     events.signal(written, using)
-    return _saved(rows, using)
+    return _saved([job], using)
 
 
 #: How many jobs of a bulk push are made and sent at a time. The PostgreSQL driver sends
 #: each batch in pipeline mode as soon as it is made, so the database writes one batch
-#: while the next is made here, and a push of 100,000 jobs is not one statement with
-#: arrays of 100,000. On the project's 2-core machine 1,000 jobs took as long in batches
-#: of 50, 125, 250 or 1,000: PostgreSQL executes a batch of 1,000 in about 1.6 ms, so
-#: there is little to overlap when it shares the client's cores.
+#: while the next is made (and, for :func:`enqueue_many`, validated) here, and a push of
+#: 100,000 jobs is not one statement with arrays of 100,000. On the project's 2-core
+#: machine 1,000 jobs took as long in batches of 50 to 500, validated first or batch by
+#: batch; 125 was kept.
 PUSH_BATCH = 125
 
 
+def _push_batches(
+    items: Sequence[Any],
+    now: datetime,
+    using: str,
+    *,
+    given: Sequence[Any] = (),
+    validate: bool = False,
+) -> list[Job]:
+    """Push ``items`` :data:`PUSH_BATCH` at a time, all or none: in one transaction (a
+    savepoint inside the caller's), after refusing ``given`` ids already taken.
+
+    ``items`` are specs, or with ``validate`` the items of :func:`enqueue_many`
+    (:func:`_streamable`), each batch validated only when the driver asks for it. The
+    PostgreSQL driver sends each batch as soon as it is made, so the database writes
+    one batch while the next is validated and made here: validating all of them first
+    kept it waiting for about 3 ms of every 1,000 jobs. An item found invalid raises as
+    it would have before anything was sent, and what was sent rolls back.
+    """
+    rows: list[Job] = []
+    with transaction.atomic(using=using):
+        if given:
+            _refuse_duplicates(list(given), using)
+        written = get_driver(using).push_many(
+            _batches(items, now, rows, validate=validate),
+            now=now,
+            events=events.mode(),
+            source=settings.EVENT_SOURCE,
+        )
+    events.signal(written, using)
+    return _saved(rows, using)
+
+
 def _batches(
-    specs: list[JobSpec], now: datetime, default_max_attempts: int, made: list[Job]
+    items: Sequence[Any], now: datetime, made: list[Job], *, validate: bool
 ) -> Iterator[list[Job]]:
-    """The rows of ``specs`` (:func:`job_rows`), :data:`PUSH_BATCH` at a time, each
-    batch added to ``made`` as it is made."""
-    for start in range(0, len(specs), PUSH_BATCH):
-        rows = job_rows(specs[start : start + PUSH_BATCH], now, default_max_attempts)
+    """The rows of ``items`` (:func:`job_rows`), :data:`PUSH_BATCH` at a time, each
+    batch validated first (:func:`_specs`) when asked, and added to ``made``."""
+    default_max_attempts = default_retry_policy().max_attempts
+    for start in range(0, len(items), PUSH_BATCH):
+        chunk = items[start : start + PUSH_BATCH]
+        specs = _specs(chunk, start) if validate else chunk
+        rows = job_rows(specs, now, default_max_attempts)
         made.extend(rows)
         yield rows
 
@@ -280,7 +302,7 @@ def enqueue_many(
     """
     items = jobs if isinstance(jobs, list) else list(jobs)
     if _streamable(items):
-        return _push_streamed(items, using=using)
+        return _push_batches(items, timezone.now(), db(using), validate=True)
     return push_many(_specs(items, 0), using=using)
 
 
@@ -332,57 +354,22 @@ def _is_plain(item: Any) -> bool:
 
 
 def _streams(item: Any) -> bool:
-    """An item :func:`_push_streamed` may push: a dict with a type, without an id or a
-    unique policy (both are checked against the whole push before it is written)."""
+    """An item that may be validated batch by batch (:func:`_push_batches`): a dict with
+    a type, without an id or a unique policy (both are checked against the whole push
+    before it is written)."""
     return item.__class__ is dict and "type" in item and "id" not in item and "unique" not in item
 
 
 def _streamable(items: list[Any]) -> TypeGuard[list[dict[str, Any]]]:
-    """True when :func:`_push_streamed` may push ``items``: two or more that each
-    stream (:func:`_streams`), with no enqueue middleware to run and no allowed-types
-    rule to apply."""
+    """True when ``items`` may be validated batch by batch (:func:`_push_batches`): two
+    or more that each may (:func:`_streams`), with no enqueue middleware to run and no
+    allowed-types rule to apply."""
     return (
         len(items) > 1
         and all(map(_streams, items))
         and settings.ALLOWED_JOB_TYPES is None
         and not middleware.enqueue_chain().enqueue_needed()
     )
-
-
-def _push_streamed(items: list[dict[str, Any]], *, using: str | None) -> list[Job]:
-    """:func:`enqueue_many` of ``items`` (:func:`_streamable`), all or none, each batch
-    validated only as it is sent.
-
-    The PostgreSQL driver sends each batch as soon as it is made, so the database
-    writes one batch while the next one is validated and made here: validating
-    all of them first kept it waiting for about 3 ms of every 1,000 jobs. An item found
-    invalid raises as it would have before anything was sent, and what was sent rolls
-    back with the push's transaction (a savepoint inside the caller's).
-    """
-    using = db(using)
-    now = timezone.now()
-    rows: list[Job] = []
-    with transaction.atomic(using=using):
-        written = get_driver(using).push_many(
-            _streamed_batches(items, now, rows),
-            now=now,
-            events=events.mode(),
-            source=settings.EVENT_SOURCE,
-        )
-    events.signal(written, using)
-    return _saved(rows, using)
-
-
-def _streamed_batches(
-    items: list[dict[str, Any]], now: datetime, made: list[Job]
-) -> Iterator[list[Job]]:
-    """The rows of ``items``, validated :data:`PUSH_BATCH` at a time, each batch added
-    to ``made`` as it is made."""
-    default_max_attempts = default_retry_policy().max_attempts
-    for start in range(0, len(items), PUSH_BATCH):
-        rows = job_rows(_specs(items[start : start + PUSH_BATCH], start), now, default_max_attempts)
-        made.extend(rows)
-        yield rows
 
 
 _PLAIN_KEYS = frozenset({"type", "args"})

@@ -5,6 +5,7 @@ Shared by plain pushes (:mod:`.push`) and workflows (:mod:`.workflows`), below b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,7 +35,7 @@ def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
     return unsaved_job(_values(spec, now, default_max_attempts, spec.id or ids.uuid7()))
 
 
-def job_rows(specs: list[JobSpec], now: datetime, default_max_attempts: int) -> list[Job]:
+def job_rows(specs: Sequence[JobSpec], now: datetime, default_max_attempts: int) -> list[Job]:
     """:func:`job_row` of each of ``specs``; the ids they lack are made in one go."""
     fresh = iter(ids.uuid7s(sum(1 for spec in specs if spec.id is None)))
     return unsaved_jobs(
