@@ -73,7 +73,7 @@ TIMEOUT_FIELDS = (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class JobSpec:
     """A validated, normalised request to create one job."""
 

@@ -338,15 +338,20 @@ def unsaved_job(values: dict[str, Any]) -> Job:
 
 
 def unsaved_jobs(rows: Iterable[dict[str, Any]]) -> list[Job]:
-    """:func:`unsaved_job` of each of ``rows``, asking once whether receivers listen."""
+    """:func:`unsaved_job` of each of ``rows``, asking once whether receivers listen.
+
+    Each of ``rows`` becomes its job's ``__dict__``: the caller hands it over and keeps
+    no reference (a copy was a second dict of 50 entries per job, which the garbage
+    collector then tracked too).
+    """
     if _constructed():
         return [Job(**values) for values in rows]
     new = Job.__new__
     jobs = []
     for values in rows:
         job: Job = new(Job)
-        job.__dict__.update(values)
-        job._state = ModelState()
+        job.__dict__ = values
+        values["_state"] = ModelState()
         jobs.append(job)
     return jobs
 

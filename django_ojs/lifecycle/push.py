@@ -133,8 +133,9 @@ def _batches(
     default_max_attempts = default_retry_policy().max_attempts
     for start in range(0, len(items), PUSH_BATCH):
         chunk = items[start : start + PUSH_BATCH]
-        specs = _specs(chunk, start) if validate else chunk
-        rows = job_rows(specs, now, default_max_attempts)
+        plain: list[int] = []
+        specs = _specs(chunk, start, plain) if validate else chunk
+        rows = job_rows(specs, now, default_max_attempts, frozenset(i - start for i in plain))
         made.extend(rows)
         yield rows
 
@@ -306,12 +307,14 @@ def enqueue_many(
     return push_many(_specs(items, 0), using=using)
 
 
-def _specs(items: Sequence[Any], start: int) -> list[JobSpec]:
+def _specs(items: Sequence[Any], start: int, plain: list[int] | None = None) -> list[JobSpec]:
     """The validated specs of ``items``, the items of a push from index ``start`` on;
-    an error names its item's index."""
+    an error names its item's index. The indexes of the items with a type and
+    arguments only are added to ``plain``, when given."""
     max_bytes, retry_base = settings.MAX_ENVELOPE_BYTES, default_retry_policy()
     specs = []
-    plain: list[int] = []  # the items with a type and args only: their sizes are checked together
+    if plain is None:
+        plain = []  # the items with a type and args only: their sizes are checked together
     for index, item in enumerate(items, start):
         try:
             if _is_plain(item):

@@ -5,7 +5,7 @@ Shared by plain pushes (:mod:`.push`) and workflows (:mod:`.workflows`), below b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,12 +35,41 @@ def job_row(spec: JobSpec, now: datetime, default_max_attempts: int) -> Job:
     return unsaved_job(_values(spec, now, default_max_attempts, spec.id or ids.uuid7()))
 
 
-def job_rows(specs: Sequence[JobSpec], now: datetime, default_max_attempts: int) -> list[Job]:
-    """:func:`job_row` of each of ``specs``; the ids they lack are made in one go."""
+def job_rows(
+    specs: Sequence[JobSpec],
+    now: datetime,
+    default_max_attempts: int,
+    plain: Collection[int] = (),
+) -> list[Job]:
+    """:func:`job_row` of each of ``specs``; the ids they lack are made in one go.
+
+    ``plain``: the positions of specs with a type and arguments only, every other
+    attribute its default (:func:`~django_ojs.envelope.unsized_plain`), as most of a
+    bulk push's are. Their rows differ only in id, type and arguments: each is a copy
+    of one row made for them all, with new empty containers (a third of the cost of
+    making each row from its spec).
+    """
     fresh = iter(ids.uuid7s(sum(1 for spec in specs if spec.id is None)))
-    return unsaved_jobs(
-        [_values(spec, now, default_max_attempts, spec.id or next(fresh)) for spec in specs]
-    )
+    if not plain:
+        return unsaved_jobs(
+            [_values(spec, now, default_max_attempts, spec.id or next(fresh)) for spec in specs]
+        )
+    template = _values(JobSpec(type=""), now, default_max_attempts, None)
+    empty = [(k, type(v)) for k, v in template.items() if isinstance(v, dict | list) and not v]
+    made = _template(template)[1]  # defaults a callable makes: one per row
+    rows = []
+    for position, spec in enumerate(specs):
+        if position not in plain:
+            rows.append(_values(spec, now, default_max_attempts, spec.id or next(fresh)))
+            continue
+        row = template.copy()
+        for key, kind in empty:  # no two jobs share a container
+            row[key] = kind()
+        for field in made:
+            row[field.attname] = field.get_default()
+        row["id"], row["type"], row["args"] = spec.id or next(fresh), spec.type, spec.args
+        rows.append(row)
+    return unsaved_jobs(rows)
 
 
 _PENDING, _SCHEDULED = JobState.PENDING.value, JobState.SCHEDULED.value

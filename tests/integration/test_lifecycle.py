@@ -235,6 +235,38 @@ def test_enqueue_many__names_the_plain_job_over_the_size_limit():
     assert Job.objects.count() == 6
 
 
+def test_enqueue_many__plain_items_make_the_rows_their_specs_would():
+    """Jobs of a type and args only are made from one shared row: each is still the
+    job ``enqueue`` makes, with containers of its own, in order among the others."""
+    args = [1, "x"]
+    items: list[dict[str, Any]] = [
+        {"type": "a.b", "args": args},
+        {"type": "c.d", "queue": "q", "priority": 2, "meta": {"k": "v"}},
+        {"type": "e.f"},
+    ]
+    jobs = django_ojs.enqueue_many(items)
+    assert [(j.type, j.queue, j.priority, j.args, j.meta) for j in jobs] == [
+        ("a.b", "default", 0, [1, "x"], {}),
+        ("c.d", "q", 2, [], {"k": "v"}),
+        ("e.f", "default", 0, [], {}),
+    ]
+    single = django_ojs.enqueue("a.b", args)
+    fields = [f.attname for f in Job._meta.concrete_fields if f.attname not in ("id",)]
+    stamps = {"created_at", "enqueued_at"}
+    assert {f: getattr(jobs[0], f) for f in fields if f not in stamps} == {
+        f: getattr(single, f) for f in fields if f not in stamps
+    }
+    plain = [jobs[0], jobs[2]]
+    for name in ("args", "meta", "tags", "errors", "extra"):
+        assert getattr(plain[0], name) is not getattr(plain[1], name), name
+    assert jobs[0].args is not args  # the caller's list stays the caller's
+    assert [j.id for j in jobs] == sorted(j.id for j in jobs)
+    assert [j.args for j in Job.objects.filter(id__in=[j.id for j in plain]).order_by("id")] == [
+        [1, "x"],
+        [],
+    ]
+
+
 def test_enqueue_many__a_plain_item_is_validated_like_any_other():
     for item, field in [({"type": "Bad Type"}, "type"), ({"type": "a", "args": {}}, "args")]:
         with pytest.raises(ValidationError) as info:
