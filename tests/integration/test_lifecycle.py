@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -265,6 +266,32 @@ def test_enqueue_many__plain_items_make_the_rows_their_specs_would():
         [1, "x"],
         [],
     ]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_enqueue_many__a_bulk_push_pauses_the_garbage_collector(enabled):
+    """A push of many jobs writes them with Python's cyclic collector paused, and leaves
+    it as it found it; a small push does not touch it."""
+    seen: list[bool] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(gc.isenabled())
+        return execute(sql, params, many, context)
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with connection.execute_wrapper(record):
+            django_ojs.enqueue_many([{"type": "a.b", "args": [i]} for i in range(2 * PUSH_BATCH)])
+        assert seen and not any(seen)
+        assert gc.isenabled() is enabled
+        seen.clear()
+        with connection.execute_wrapper(record):
+            django_ojs.enqueue_many([{"type": "a.b", "args": [i]} for i in range(3)])
+        assert seen and all(on is enabled for on in seen)
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert Job.objects.count() == 2 * PUSH_BATCH + 3
 
 
 def test_enqueue_many__a_plain_item_is_validated_like_any_other():
