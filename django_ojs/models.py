@@ -341,8 +341,8 @@ def unsaved_jobs(rows: Iterable[dict[str, Any]]) -> list[Job]:
     """:func:`unsaved_job` of each of ``rows``, asking once whether receivers listen.
 
     Each of ``rows`` becomes its job's ``__dict__``: the caller hands it over and keeps
-    no reference (a copy was a second dict of 50 entries per job, which the garbage
-    collector then tracked too).
+    no reference (copying it into the instance's own was a second dict of 50 entries
+    made per job).
     """
     if _constructed():
         return [Job(**values) for values in rows]

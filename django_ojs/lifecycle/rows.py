@@ -46,8 +46,8 @@ def job_rows(
     ``plain``: the positions of specs with a type and arguments only, every other
     attribute its default (:func:`~django_ojs.envelope.unsized_plain`), as most of a
     bulk push's are. Their rows differ only in id, type and arguments: each is a copy
-    of one row made for them all, with new empty containers (a third of the cost of
-    making each row from its spec).
+    of one row made for them all, with new empty containers: half the cost of making
+    each row from its spec (1.0 against 2.1 µs a row, with its id and its ``Job``).
     """
     fresh = iter(ids.uuid7s(sum(1 for spec in specs if spec.id is None)))
     if not plain:
