@@ -15,10 +15,10 @@ from django.db.models import Q
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
-from uuid6 import uuid7
 
 from django_ojs import envelope, states
 from django_ojs.conf import settings as ojs_settings
+from django_ojs.ids import uuid7
 from django_ojs.policy import default_retry_policy
 from django_ojs.states import JobState
 

@@ -10,8 +10,8 @@ from datetime import timedelta
 
 import factory
 from django.utils import timezone
-from uuid6 import uuid7
 
+from django_ojs.ids import uuid7
 from django_ojs.models import Job, Queue, Worker
 
 

@@ -481,10 +481,10 @@ LIMIT %(limit)s
 # them to take the first 500 (40 ms instead of 20 ms with 50,000 waiting; 33 ms instead
 # of 1 ms for one job with 100,000). Only tables this role may analyse (it owns them,
 # or is a superuser): ANALYZE skips the others with a warning and leaves their count of
-# changes as it was, so every pass would try again. A table is stale when it holds twice
-# the rows it held at its last analysis: claims and completions change no row count, and
-# counted as changes they made the reaper analyse the table halfway through every
-# backlog a worker drained (128 ms of PostgreSQL's time for 20,000 jobs, amid the drain).
+# changes as it was, so every pass would try again. Rows held, not rows changed: claims
+# and completions change no row count, and counted as changes they made the reaper
+# analyse the table halfway through every backlog a worker drained (128 ms of
+# PostgreSQL's time for 20,000 jobs, amid the drain).
 STALE_JOB_TABLES_SQL = r"""
 SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.relname ~ '^ojs_job(_p\d{8}|_default)?$' AND c.relkind = 'r'
