@@ -20,19 +20,20 @@ import contextvars
 import logging
 import random
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _INVALID_TRACE = "0" * 32
 _INVALID_SPAN = "0" * 16
 
 
-@dataclass(frozen=True)
-class TraceContext:
-    """One span's identity in a trace (W3C Trace Context level 1, version 00)."""
+class TraceContext(NamedTuple):
+    """One span's identity in a trace (W3C Trace Context level 1, version 00).
+
+    Immutable; a named tuple rather than a frozen dataclass because a worker makes one per
+    attempt (0.24 against 0.58 µs to build).
+    """
 
     trace_id: str
     span_id: str
@@ -49,7 +50,13 @@ class TraceContext:
 
     @classmethod
     def new(cls) -> TraceContext:
-        return cls(_random_hex(128), new_span_id())
+        # Both ids from one draw of 192 bits (the trace's 128, then the span's 64).
+        ids = f"{random.getrandbits(192):048x}"
+        trace_id, span_id = ids[:32], ids[32:]
+        return cls(
+            trace_id if trace_id != _INVALID_TRACE else _random_hex(128),
+            span_id if span_id != _INVALID_SPAN else new_span_id(),
+        )
 
 
 def new_span_id() -> str:
@@ -88,17 +95,27 @@ def current() -> TraceContext | None:
     return _current.get()
 
 
-@contextmanager
-def use(context: TraceContext | None, *, job_id: str | None = None) -> Iterator[None]:
-    """Make ``context`` (and ``job_id``, for log records) current inside the block."""
-    token = _current.set(context)
-    job_token = _job.set(job_id) if job_id is not None else None
-    try:
-        yield
-    finally:
-        _current.reset(token)
-        if job_token is not None:
-            _job.reset(job_token)
+class use:  # lower case: called as ``with use(context):``, as it always was
+    """Make ``context`` (and ``job_id``, for log records) current inside the ``with`` block.
+
+    A class rather than a ``@contextmanager`` generator: a worker enters one per attempt,
+    and this costs a third of the generator's 1.5 µs.
+    """
+
+    __slots__ = ("_job_token", "_token", "context", "job_id")
+
+    def __init__(self, context: TraceContext | None, *, job_id: str | None = None) -> None:
+        self.context = context
+        self.job_id = job_id
+
+    def __enter__(self) -> None:
+        self._token = _current.set(self.context)
+        self._job_token = _job.set(self.job_id) if self.job_id is not None else None
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current.reset(self._token)
+        if self._job_token is not None:
+            _job.reset(self._job_token)
 
 
 def from_headers(get: Callable[[str], Any]) -> TraceContext:

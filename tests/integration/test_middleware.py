@@ -323,6 +323,35 @@ def test_django_request_middleware_carries_the_trace_into_enqueue():
     assert "traceparent" not in django_ojs.enqueue("x.outside").meta
 
 
+def test_use_nests_and_restores_the_outer_trace_even_when_the_block_raises():
+    outer, inner = tracing.TraceContext.new(), tracing.TraceContext.new()
+    with tracing.use(outer, job_id="j-outer"):
+        with pytest.raises(RuntimeError), tracing.use(inner, job_id="j-inner"):
+            assert tracing.current() is inner
+            record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", None, None)
+            tracing.TraceContextFilter().filter(record)
+            assert (record.trace_id, record.job_id) == (inner.trace_id, "j-inner")
+            raise RuntimeError("handler failed")
+        assert tracing.current() is outer
+        with tracing.use(None):  # no job id given: the outer one stays on log records
+            record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", None, None)
+            tracing.TraceContextFilter().filter(record)
+            assert (tracing.current(), record.job_id) == (None, "j-outer")
+    assert tracing.current() is None
+
+
+def test_new_traces_have_valid_distinct_ids_and_children_keep_the_trace():
+    made = [tracing.TraceContext.new() for _ in range(1000)]
+    assert len({c.trace_id for c in made}) == len({c.span_id for c in made}) == 1000
+    for context in made[:50]:
+        assert tracing.parse(context.traceparent) == context  # 32 + 16 hex digits, sampled
+        child = context.child()
+        assert (child.trace_id, child.sampled) == (context.trace_id, True)
+        assert child.span_id != context.span_id
+    with pytest.raises(AttributeError):
+        made[0].trace_id = "0" * 32  # immutable
+
+
 @pytest.mark.parametrize(
     "value",
     ["", "garbage", f"00-{'0' * 32}-00f067aa0ba902b7-01", f"00-{TRACE}-{'0' * 16}-01", 42],
