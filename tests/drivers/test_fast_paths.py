@@ -20,6 +20,7 @@ from django.utils import timezone
 import django_ojs
 from django_ojs import lifecycle, signals
 from django_ojs.drivers import get_driver
+from django_ojs.drivers.postgresql import LITERAL_LIMIT_UP_TO
 from django_ojs.lifecycle.push import PUSH_BATCH
 from django_ojs.models import Event, Job, Worker
 
@@ -327,6 +328,40 @@ def test_an_explicit_prepare_threshold_of_none_is_respected():
     finally:
         del options["prepare_threshold"]
         connection.close()
+
+
+def _claim_plans() -> list[tuple[int, int]]:
+    """(generic, custom) plan counts of this session's prepared claims."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s ORDER BY prepare_time",
+            ["%claimed AS (%"],
+        )
+        return [(int(g), int(c)) for g, c in cursor.fetchall()]
+
+
+def test_small_claims_reuse_one_plan_and_claim_exactly_their_count():
+    """With ``LIMIT $n`` PostgreSQL plans a prepared claim again on every call (its reused
+    plan must assume a tenth of the queue); a small claim carries its count in the text,
+    so once PostgreSQL's five trial plans are made, its plan is reused. Each claim still
+    takes exactly the jobs asked for."""
+    limit = LITERAL_LIMIT_UP_TO
+    # A queue long enough for its length to weigh in the plan (a tenth of it, with $n).
+    django_ojs.enqueue_many([{"type": "fast.plan", "args": [i]} for i in range(5000)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE ojs_job")
+    fetch = lifecycle.Fetch(["default"], worker_id="w-plan", register=False, fields=["args"])
+    assert [len(fetch(3)) for _ in range(12)] == [3] * 12  # prepared, then 5 trial plans
+    ((generic, custom),) = _claim_plans()
+    assert [len(fetch(3)) for _ in range(8)] == [3] * 8
+    assert _claim_plans() == [(generic + 8, custom)]  # the same plan, 8 more times
+    # At the boundary the count is still in the text; above it, a parameter.
+    assert len(fetch(limit)) == limit
+    assert len(fetch(limit + 1)) == limit + 1
+    claimed = Job.objects.filter(state="active")
+    assert claimed.count() == 20 * 3 + 2 * limit + 1
+    assert sorted(j.args[0] for j in claimed) == list(range(claimed.count()))  # in order
 
 
 def test_events_built_in_sql_get_distinct_uuid7_ids_even_after_setseed():
