@@ -85,6 +85,7 @@ class Fetcher:
         self.progress = progress
         self.using = using
         self.min_batch = max(1, concurrency // 4)
+        inflight.wake_when(capacity=concurrency, batch=self.min_batch)
         # The same fetch every time: validated and its settings read once.
         self.fetch = lifecycle.Fetch(
             queues,

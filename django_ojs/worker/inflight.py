@@ -25,7 +25,8 @@ DRAIN_LOG_INTERVAL = 5.0
 
 
 class InFlight:
-    """Running and pending attempts; ``changed`` is set whenever a slot frees up."""
+    """Running and pending attempts; ``changed`` is set when slots free up (see
+    :meth:`wake_when`)."""
 
     def __init__(self, record: Record, changed: threading.Event):
         self.record = record
@@ -34,6 +35,20 @@ class InFlight:
         self.running: dict[Any, Attempt] = {}
         #: Outcome queued, not yet written: still heartbeated, so the reservation holds.
         self.pending: dict[Any, int] = {}
+        # See wake_when(): by default every slot that frees up sets ``changed``.
+        self._full: int | None = None
+        self._enough = 0
+
+    def wake_when(self, *, capacity: int, batch: int) -> None:
+        """Set ``changed`` when a slot frees up in a full worker (``capacity`` running)
+        and once ``batch`` slots are free, not for each slot in between.
+
+        The fetcher waits for a batch of free slots, up to a deadline, before it claims:
+        woken by every returning handler, it ran (and took the interpreter's lock from
+        the handlers) about ``batch`` times per claim only to find too few slots free.
+        """
+        self._full = capacity
+        self._enough = capacity - batch
 
     def __len__(self) -> int:
         return len(self.running)
@@ -78,8 +93,11 @@ class InFlight:
                 attempt.finished = True
             self.running.pop(attempt.job_id, None)
             self.pending[attempt.job_id] = attempt.attempt
+            left = len(self.running)
         self.record(attempt.job_id, attempt.attempt, outcome)
-        self.changed.set()
+        full = self._full
+        if full is None or left >= full - 1 or left <= self._enough:
+            self.changed.set()
         return True
 
     def written(self, job_ids: list[Any]) -> None:

@@ -174,3 +174,38 @@ def test_fetcher__more_free_slots_than_one_fetch_may_claim_fetches_again_before_
     )  # fmt: skip
     fetcher.run(Listener())
     assert waited_after == [1_200]
+
+
+def _attempt(n: int) -> attempts.Attempt:
+    ctx = JobContext({"id": f"j{n}"}, attempt=1)
+    return attempts.Attempt(
+        job_id=f"j{n}", attempt=1, type="x", args=[], handler=None, ctx=ctx,
+        timeout=1.0, grace=0.0, started=0.0, hard_at=1.0,
+    )  # fmt: skip
+
+
+def test_inflight__wakes_the_fetcher_when_a_full_worker_frees_a_slot_and_at_a_batch():
+    """A fetcher gathering free slots for one claim is woken when the first slot of a
+    full worker frees up and again once a batch is free, not by every handler between."""
+
+    def wakes(inflight: InFlight, changed: threading.Event, count: int) -> list[int]:
+        running = [_attempt(n) for n in range(count)]
+        for attempt in running:
+            inflight.add(attempt)
+        woken = []
+        for attempt in running:
+            changed.clear()
+            inflight.finish(attempt, messages.Outcome(True))
+            if changed.is_set():
+                woken.append(len(inflight))  # slots still taken after this one
+        return woken
+
+    changed = threading.Event()
+    inflight = InFlight(lambda *a: None, changed)
+    inflight.wake_when(capacity=8, batch=4)
+    assert wakes(inflight, changed, 8) == [7, 4, 3, 2, 1, 0]
+    assert set(inflight.pending) == {f"j{n}" for n in range(8)}  # every outcome queued
+    assert wakes(inflight, changed, 6) == [4, 3, 2, 1, 0]  # not full: from the batch on
+
+    every = InFlight(lambda *a: None, changed)  # not told: every slot wakes
+    assert wakes(every, changed, 3) == [2, 1, 0]
