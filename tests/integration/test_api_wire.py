@@ -11,9 +11,12 @@ import json
 import pytest
 from django.db import OperationalError
 from django.test import override_settings
+from django.urls import NoReverseMatch, include, reverse, set_script_prefix
+from django.urls import path as route
 from rest_framework.exceptions import Throttled
 
 from django_ojs.api.exceptions import exception_handler
+from django_ojs.api.views.base import _reverse
 from tests.factories import JobFactory
 from tests.integration.api_support import OJS, OJSClient, assert_ojs_error, client
 
@@ -346,3 +349,53 @@ def test_throttled__is_a_retryable_429_with_retry_after_when_known(wait, retry_a
     assert response.status_code == 429
     assert (error["code"], error["retryable"]) == ("rate_limited", True)
     assert response.headers.get("Retry-After") == retry_after
+
+
+# ------------------------------------------------------- shortcuts that must equal DRF/Django
+
+# The API mounted elsewhere, for the Location templates (override_settings(ROOT_URLCONF)).
+urlpatterns = [route("elsewhere/api/", include("django_ojs.urls"))]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        (JOB_ID,),
+        ("nightly-report_v2.x~1",),
+        ("with space",),
+        ("ünïcode",),
+        ("per%cent",),
+        ("a/b",),
+        ("a", "b"),
+        (12,),
+    ],
+)
+def test_location_templates__equal_reverse(args):
+    for name in ("ojs:cron-detail", "ojs:health", "ojs:job-detail"):
+        for prefix in ("/", "/mounted/"):
+            for urlconf in (None, __name__):
+                with override_settings(**({"ROOT_URLCONF": urlconf} if urlconf else {})):
+                    set_script_prefix(prefix)
+                    try:
+                        try:
+                            expected = reverse(name, args=args)
+                        except NoReverseMatch:
+                            with pytest.raises(NoReverseMatch):
+                                _reverse(name, args)
+                            continue
+                        assert _reverse(name, args) == expected  # computed
+                        assert _reverse(name, args) == expected  # remembered
+                    finally:
+                        set_script_prefix("/")
+
+
+def test_location__follows_the_mount_point(api):
+    body = {"type": "a.b", "args": []}
+    with override_settings(ROOT_URLCONF=__name__):
+        response = api.client.post(
+            "/elsewhere/api/v1/jobs", json.dumps(body), content_type=OJS, headers=api.headers
+        )
+    assert response.status_code == 201
+    job_id = json.loads(response.content)["job"]["id"]
+    assert response["Location"] == f"/elsewhere/api/v1/jobs/{job_id}"
