@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rest_framework import authentication, exceptions, permissions
+from rest_framework import HTTP_HEADER_ENCODING, authentication, exceptions, permissions
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -121,13 +121,22 @@ class ApiKeyUser:
         return self.username
 
 
+def _authorization_header(request: Request) -> bytes:
+    """DRF's ``get_authorization_header``, from ``META``: ``request.headers`` would copy
+    every header of the request (DRF reads the one it needs from there)."""
+    auth = request.META.get("HTTP_AUTHORIZATION", b"")
+    if isinstance(auth, str):
+        auth = auth.encode(HTTP_HEADER_ENCODING)
+    return bytes(auth)
+
+
 class BearerKeyAuthentication(authentication.BaseAuthentication):
     """``Authorization: Bearer ojs_<prefix>_<secret>``."""
 
     keyword = b"bearer"
 
     def authenticate(self, request: Request) -> tuple[ApiKeyUser, ApiKey] | None:
-        parts = authentication.get_authorization_header(request).split()
+        parts = _authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
             return None
         if len(parts) != 2:

@@ -27,6 +27,7 @@ from django_ojs.ids import uuid7
 OJS_VERSION = "1.0"
 OJS_MEDIA_TYPE = "application/openjobspec+json"
 REQUEST_ID_HEADER = "X-Request-Id"
+_REQUEST_ID_META = "HTTP_X_REQUEST_ID"  # how WSGI names it in META
 # A client's X-Request-Id is echoed only when it is a sane token (no header injection).
 _CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")  # used with fullmatch
 
@@ -138,7 +139,7 @@ class OJSContentNegotiation(DefaultContentNegotiation):
 
 def request_id(django_request: HttpRequest) -> str:
     """The client's ``X-Request-Id`` when it is a sane token, else ``req_<UUIDv7>`` (HB §19)."""
-    given = django_request.headers.get(REQUEST_ID_HEADER, "")
+    given: str = django_request.META.get(_REQUEST_ID_META, "")
     if given and _CLIENT_REQUEST_ID.fullmatch(given):
         return given
     return f"req_{uuid7()}"

@@ -53,13 +53,20 @@ class OJSView(APIView):
     def get_authenticators(self) -> list[Any]:
         return permissions.authenticators()
 
+    def get_throttles(self) -> list[Any]:
+        # Without OJS_API_RATE_LIMIT a throttle allows every request and adds no header.
+        if settings.API_RATE_LIMIT is None:
+            return []
+        return super().get_throttles()
+
     def get_exception_handler(self) -> Any:
         return exceptions.exception_handler
 
     def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         # A caller in a trace (W3C traceparent) has its trace carried into the jobs it
-        # enqueues (TraceContextMiddleware); without the header nothing is added.
-        if "traceparent" in request.headers and tracing.current() is None:
+        # enqueues (TraceContextMiddleware); without the header nothing is added. Headers
+        # are read from META: request.headers would copy them all for each request.
+        if "HTTP_TRACEPARENT" in request.META and tracing.current() is None:
             with tracing.use(tracing.from_headers(request.headers.get)):
                 return super().dispatch(request, *args, **kwargs)
         return super().dispatch(request, *args, **kwargs)
@@ -71,7 +78,7 @@ class OJSView(APIView):
 
     def initial(self, request: Any, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
-        version = request.headers.get("OJS-Version")
+        version = request.META.get("HTTP_OJS_VERSION")
         if version and not wire.version_supported(version):
             raise Unsupported(
                 f"OJS-Version {version!r} is not supported; this server speaks {wire.OJS_VERSION}.",
