@@ -52,6 +52,18 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# json.loads(text, parse_constant=...) builds a decoder for each call; this one is shared,
+# as json.loads shares its default decoder.
+_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _loads(text: str) -> Any:
+    """``json.loads(text, parse_constant=_reject_constant)``, with one decoder."""
+    if text.startswith("\ufeff"):  # json.loads refuses a BOM before it decodes
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _decoder.decode(text)
+
+
 class OJSJSONParser(BaseParser):
     """``application/openjobspec+json``: UTF-8 JSON, at most ``OJS_MAX_REQUEST_BYTES``."""
 
@@ -73,14 +85,16 @@ class OJSJSONParser(BaseParser):
         except UnicodeDecodeError:
             raise MalformedBody("The request body is not valid UTF-8.") from None
         try:
-            data = json.loads(text, parse_constant=_reject_constant)
+            data = _loads(text)
         except RecursionError:  # the C decoder recurses once per level of nesting
             raise _too_deep() from None
         except ValueError as exc:
             raise MalformedBody(f"The request body is not valid JSON: {exc}.") from None
         # Each JSON field is checked against OJS_MAX_JSON_DEPTH where it is validated
-        # (validation.check_json); this bounds the whole document, wrappers included.
-        if validation.json_depth_exceeds(data, settings.MAX_JSON_DEPTH + BODY_WRAPPER_DEPTH):
+        # (validation.check_json); this bounds the whole document, wrappers included. A
+        # text with no more brackets than the limit cannot nest deeper: no walk for it.
+        depth = settings.MAX_JSON_DEPTH + BODY_WRAPPER_DEPTH
+        if text.count("[") + text.count("{") > depth and validation.json_depth_exceeds(data, depth):
             raise _too_deep()
         return data
 
@@ -129,6 +143,27 @@ class OJSRenderer(JSONRenderer):
 
 class OJSContentNegotiation(DefaultContentNegotiation):
     """Parsers as usual; the renderer is always the OJS one (HB §4.3: never 406)."""
+
+    def select_parser(self, request: Request, parsers: Iterable[BaseParser]) -> BaseParser | None:
+        # DRF parses the request's media type again for each parser it tries. Without
+        # parameters or wildcards, a media type matches a parser's exactly when the two
+        # are equal, lower-cased; anything else goes the general way.
+        content_type = request.content_type
+        limit: int = getattr(self, "max_media_type_length", 256)  # the stubs omit it
+        if (
+            content_type
+            and len(content_type) <= limit
+            and ";" not in content_type
+            and "*" not in content_type
+        ):
+            wanted = content_type.strip().lower()
+            for parser in parsers:
+                offered = parser.media_type
+                if offered == wanted:
+                    return parser
+                if ";" in offered or "*" in offered or offered != offered.strip().lower():
+                    break  # a parser the general rule may match otherwise
+        return super().select_parser(request, parsers)
 
     def select_renderer(
         self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None

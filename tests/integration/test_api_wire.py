@@ -7,16 +7,27 @@ OJS envelope; nothing a client sends produces a 5xx.
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 import pytest
 from django.db import OperationalError
-from django.test import override_settings
+from django.test import RequestFactory, override_settings
 from django.urls import NoReverseMatch, include, reverse, set_script_prefix
 from django.urls import path as route
 from rest_framework.exceptions import Throttled
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.request import Request
 
 from django_ojs.api.exceptions import exception_handler
 from django_ojs.api.views.base import _reverse
+from django_ojs.api.wire import (
+    JSONParser,
+    OJSContentNegotiation,
+    OJSJSONParser,
+    _loads,
+    _reject_constant,
+)
 from tests.factories import JobFactory
 from tests.integration.api_support import OJS, OJSClient, assert_ojs_error, client
 
@@ -399,3 +410,39 @@ def test_location__follows_the_mount_point(api):
     assert response.status_code == 201
     job_id = json.loads(response.content)["job"]["id"]
     assert response["Location"] == f"/elsewhere/api/v1/jobs/{job_id}"
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/json",
+        OJS,
+        " Application/JSON ",
+        "APPLICATION/OPENJOBSPEC+JSON",
+        "application/json; charset=utf-8",
+        "application/json;charset=latin-1",
+        "application/*",
+        "*/*",
+        "application/json/x",
+        "application",
+        "text/plain",
+        "",
+        "application/json" + " " * 300,
+    ],
+)
+def test_parser_selection__equals_drf(content_type):
+    request = Request(RequestFactory().post("/ojs/v1/jobs", data=b"{}", content_type=content_type))
+    parsers = [OJSJSONParser(), JSONParser()]
+    expected = DefaultContentNegotiation().select_parser(request, parsers)
+    assert OJSContentNegotiation().select_parser(request, parsers) is expected
+
+
+@pytest.mark.parametrize("raw", ['\ufeff{"type": "a.b", "args": []}', "[[1]]", "{} x", ""])
+def test_json_decoding__equals_json_loads(raw):
+    try:
+        expected: Any = json.loads(raw, parse_constant=_reject_constant)
+    except ValueError as exc:
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            _loads(raw)
+    else:
+        assert _loads(raw) == expected
