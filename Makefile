@@ -27,7 +27,8 @@ CONF_PORT ?= 18765
 .DEFAULT_GOAL := help
 PEERBENCH ?= ../shared/peerbench
 PEERS ?= ojs pgqueuer
-.PHONY: help demo docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance browser-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers db-up clean
+ROUNDS ?= 8
+.PHONY: help demo docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance browser-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -152,6 +153,9 @@ bench: $(VENV)/.installed ## Run the benchmarks on PostgreSQL (by hand; see docs
 bench-peers: ## Side by side with pgqueuer (and Chancy) on a throwaway PostgreSQL 15 cluster: the shared peerbench harness (PEERS="ojs pgqueuer", PEERBENCH_N, PEERBENCH_ONLY=A,B,C)
 	@if [ ! -f $(PEERBENCH)/run.sh ]; then echo "peerbench harness not found at $(PEERBENCH) (set PEERBENCH=...)"; exit 2; fi
 	bash $(PEERBENCH)/run.sh $(PEERS)
+
+bench-peers-interleaved: ## The harness's drain, django-ojs and pgqueuer in turn, one run each per round (ROUNDS=8; after one make bench-peers)
+	PEERBENCH=$(PEERBENCH) python3 bench/peers_interleaved.py $(ROUNDS)
 
 bench-http: $(VENV)/.installed ## The HTTP binding under gunicorn: enqueue, fetch + ack and round trips per second (by hand)
 	$(PY) -m pip install --quiet --group bench
