@@ -527,9 +527,6 @@ def _shape(
     return _Shape(_one_line(sql), tuple(fields), tuple(f.attname for f in fields))
 
 
-# A worker fetches and completes with the same few shapes all day: everything but the
-# parameters is worked out once per shape (its Python is most of what an idle worker
-# spends between a push's notification and the claim going out).
 #: Claims of at most this many jobs carry their count in the statement's text (see
 #: :func:`_claim_limit`): a few dozen variants of each shape, well within psycopg's cache
 #: of 100 prepared statements per connection.
@@ -552,7 +549,12 @@ def _claim_limit(limit: int) -> int | None:
     return limit if 0 < limit <= LITERAL_LIMIT_UP_TO else None
 
 
-@functools.lru_cache(maxsize=256)
+# A worker fetches and completes with the same few shapes all day: everything but the
+# parameters is worked out once per shape (its Python is most of what an idle worker
+# spends between a push's notification and the claim going out).
+# Each claim shape has up to LITERAL_LIMIT_UP_TO + 1 statements (one per small count):
+# room for a process's few shapes, each with all of its counts.
+@functools.lru_cache(maxsize=1024)
 def _claim_shape(
     fields: tuple[str, ...] | None,
     events: EventMode,
