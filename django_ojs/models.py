@@ -7,7 +7,7 @@ state: every write of ``Job.state`` and the fields that move with it is in ``lif
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django.db import models
@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from django_ojs import envelope, states
 from django_ojs.conf import settings as ojs_settings
-from django_ojs.ids import uuid7
+from django_ojs.ids import uuid7, uuid7_time
 from django_ojs.policy import default_retry_policy
 from django_ojs.states import JobState
 
@@ -512,11 +512,46 @@ class CronJob(models.Model):
         return self.name
 
 
+#: How long before its id's millisecond an event stored by django-ojs 0.1.0.dev0 before
+#: event ids were made from their event's time may have happened: such an id took the
+#: clock of the statement that stored the event (or of the Python that built it).
+LEGACY_EVENT_ID_LAG = timedelta(seconds=5)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+class EventQuerySet(models.QuerySet["Event"]):
+    def with_id(self, event_id: Any) -> Event | None:
+        """The event whose id is ``event_id`` (a UUID), or None.
+
+        An event's id starts with its time's millisecond (``ids.uuid7_at``, and the
+        drivers' SQL from the same time), so the event is found through
+        ``ojs_event_time_idx`` among the few of that millisecond: no unique index is
+        kept on the ids, one index entry less for each of the millions of events
+        written (74 random bits per millisecond do not collide). Events stored before
+        ids were made this way are looked for up to ``LEGACY_EVENT_ID_LAG`` earlier.
+        """
+        if getattr(event_id, "version", None) != 7:
+            return None
+        at = uuid7_time(event_id)
+        # Unordered, so that the time index serves it (ORDER BY seq could pick the key).
+        for since in (at - _MILLISECOND, at - LEGACY_EVENT_ID_LAG):
+            found = list(
+                self.filter(
+                    id=event_id, time__gte=since, time__lt=at + 2 * _MILLISECOND
+                ).order_by()[:1]
+            )
+            if found:
+                return found[0]
+        return None
+
+
 class Event(models.Model):
     """A lifecycle event (OJS events §2), written in the transaction of its transition."""
 
     seq = models.BigAutoField(primary_key=True)
-    id = models.UUIDField(default=uuid7, unique=True, editable=False)
+    #: A UUIDv7 of the event's time's millisecond (see ``EventQuerySet.with_id``).
+    #: Unique by construction, without a unique index.
+    id = models.UUIDField(default=uuid7, editable=False)
     type = models.CharField(max_length=64)
     source = models.CharField(max_length=255)
     subject = models.CharField(max_length=255, blank=True, default="")
@@ -524,6 +559,8 @@ class Event(models.Model):
     job_id = models.UUIDField(null=True, blank=True)
     queue = models.CharField(max_length=128, blank=True, default="")
     data = models.JSONField(default=dict)
+
+    objects = EventQuerySet.as_manager()
 
     class Meta:
         db_table = "ojs_event"

@@ -27,7 +27,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from django_ojs import envelope
-from django_ojs.ids import uuid7
+from django_ojs.ids import uuid7_at
 from django_ojs.models import Event, Job
 
 if TYPE_CHECKING:
@@ -100,7 +100,16 @@ def job_rows(
     """Build (not store) the event rows for ``(kind, job, data)`` items."""
     when = when or timezone.now()
     return [
-        EventRow(uuid7(), kind, source, str(job.id), when, job.id, job.queue, job_data(job, **data))
+        EventRow(
+            uuid7_at(when),
+            kind,
+            source,
+            str(job.id),
+            when,
+            job.id,
+            job.queue,
+            job_data(job, **data),
+        )
         for kind, job, data in items
     ]
 
@@ -198,20 +207,6 @@ def next_start(start: datetime, interval: str) -> datetime:
     if interval == "month":
         return (start + timedelta(days=32)).replace(day=1)
     return start + timedelta(days=1)
-
-
-def uuid7_floor(moment: datetime) -> uuid.UUID:
-    """The smallest UUIDv7 of ``moment``'s millisecond: ids of later times sort above it.
-
-    A job partition holds the ids from ``uuid7_floor(start)`` to ``uuid7_floor(end)``.
-    """
-    ms = int(moment.timestamp() * 1000)
-    return uuid.UUID(int=(ms & 0xFFFF_FFFF_FFFF) << 80)
-
-
-def uuid7_time(value: uuid.UUID) -> datetime:
-    """The creation time a UUIDv7 carries in its first 48 bits."""
-    return datetime.fromtimestamp((value.int >> 80) / 1000, UTC)
 
 
 class Driver(ABC):

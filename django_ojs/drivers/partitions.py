@@ -30,9 +30,8 @@ from django_ojs.drivers.base import (
     Partition,
     Partitions,
     next_start,
-    uuid7_floor,
-    uuid7_time,
 )
+from django_ojs.ids import uuid7_floor, uuid7_time
 
 #: The partitioned tables and their partition keys.
 KEYS = {"ojs_job": "id", "ojs_event": "time"}

@@ -61,18 +61,22 @@ _EVENT_COLUMN_LIST = ", ".join(EVENT_COLUMNS)
 _EVENT_PLACEHOLDERS = "(" + ", ".join(["%s"] * len(EVENT_COLUMNS)) + ")"
 
 # A UUIDv7 made by PostgreSQL 13+ (no uuidv7() before 18), per row of a statement that
-# builds events: the statement's millisecond clock (48 bits), the version nibble 7, then
-# 12 random bits, the RFC 9562 variant and 62 random bits. The random bits are the
-# session's random() (xoshiro, seeded from the system's strong random), XORed with 62
-# strong-random bits drawn once per statement: the previous expression, a strong-random
-# UUID per row, cost 3.7-4.2 µs per row on the project's PostgreSQL, this one 0.8 µs per
-# row and about 4 µs once per statement (the clock and the strong bits are uncorrelated
-# subqueries, which PostgreSQL evaluates once): less from 2 rows on, and the events of
-# claims, ACKs and bulk pushes come by the hundred. If the caller's
-# session has called setseed(), random() repeats from that seed, but never within one
-# statement, and the strong bits still differ from statement to statement.
+# builds events: the millisecond of the events' time (``%(now)s``, 48 bits: an id says
+# where its event is in ojs_event_time_idx, see Event.objects.with_id, so no unique
+# index on the ids is kept), the version nibble 7, then 12 random bits, the RFC 9562
+# variant and 62 random bits. The random bits are the session's random() (xoshiro,
+# seeded from the system's strong random), XORed with 62 strong-random bits drawn once
+# per statement: the previous expression, a strong-random UUID per row, cost 3.7-4.2 µs
+# per row on the project's PostgreSQL, this one 0.8 µs per row and about 4 µs once per
+# statement (the time and the strong bits are uncorrelated subqueries, which PostgreSQL
+# evaluates once): less from 2 rows on, and the events of claims, ACKs and bulk pushes
+# come by the hundred. If the caller's session has called setseed(), random() repeats
+# from that seed, but never within one statement, and the strong bits still differ from
+# statement to statement. The millisecond is taken from the time truncated to it, in
+# whole numbers (PostgreSQL 13's extract() is a double: 0.123 s * 1000 may be 122.99…).
 _UUID7_HIGH_SQL = (
-    "(SELECT (floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint << 16) | 28672)"
+    "(SELECT (round(extract(epoch FROM date_trunc('milliseconds', %(now)s::timestamptz))"
+    " * 1000)::bigint << 16) | 28672)"
 )
 _UUID7_LOW_SQL = (
     "(SELECT x'8000000000000000'::bigint"

@@ -19,7 +19,7 @@ from django_ojs import signals
 from django_ojs.conf import settings
 from django_ojs.drivers import EventMode, EventRow, get_driver, job_data
 from django_ojs.drivers import job_rows as build_rows
-from django_ojs.ids import uuid7
+from django_ojs.ids import uuid7_at
 from django_ojs.models import Event, Job
 
 __all__ = ["EventRow", "emit_job", "emit_many", "emit_other", "job_data", "job_rows", "mode"]
@@ -61,12 +61,13 @@ def emit_many(
 
 def emit_other(kind: str, subject: str, using: str, *, queue: str = "", **data: Any) -> None:
     """Record an event that is not about one job (``queue.paused``, ``worker.started``...)."""
+    now = timezone.now()
     row = EventRow(
-        uuid7(),
+        uuid7_at(now),
         kind,
         settings.EVENT_SOURCE,
         subject,
-        timezone.now(),
+        now,
         None,
         queue,
         {k: v for k, v in {"queue": queue or None, **data}.items() if v is not None},

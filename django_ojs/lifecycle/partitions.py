@@ -33,10 +33,9 @@ from django_ojs.drivers.base import (
     Partitions,
     next_start,
     period_start,
-    uuid7_floor,
-    uuid7_time,
 )
 from django_ojs.exceptions import ValidationError
+from django_ojs.ids import uuid7_floor, uuid7_time
 from django_ojs.lifecycle.leadership import lead
 from django_ojs.lifecycle.maintenance import prunable_jobs, prune_rules
 from django_ojs.lifecycle.store import db

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
+import django_ojs
+from django_ojs.ids import uuid7_at, uuid7_time
 from django_ojs.models import Event
 from tests.integration.api_support import assert_ojs_error, client
 
@@ -77,6 +81,42 @@ def test_events__keyset_pages_see_every_event_once_even_when_new_ones_arrive(api
         page = api.get(f"/events?limit=4&cursor={page['pagination']['next_cursor']}").body
         seen += [e["id"] for e in page["events"]]
     assert len(seen) == len(set(seen)) == 12
+
+
+def test_events__every_event_id_starts_with_its_time(api):
+    """Ids are found through the time index (EventQuerySet.with_id): whichever path
+    made an event (SQL of a push, claim or ACK, or Python), its id's millisecond is its
+    time's."""
+    run_one(api)
+    django_ojs.enqueue_many([{"type": "test.echo", "args": [i]} for i in range(3)])
+    api.post("/queues/ev/pause")
+    events = list(Event.objects.all())
+    assert {e.type for e in events} >= {"job.enqueued", "job.started", "job.completed"}
+    assert "queue.paused" in {e.type for e in events}
+    for event in events:
+        assert event.id.version == 7
+        assert uuid7_time(event.id) == event.time.replace(
+            microsecond=event.time.microsecond // 1000 * 1000
+        ), event.type
+    assert len({e.id for e in events}) == len(events)
+
+
+@pytest.mark.parametrize(
+    ("lag", "found"), [(timedelta(seconds=4), True), (timedelta(seconds=6), False)]
+)
+def test_events__after_an_event_whose_id_was_taken_after_its_time(api, lag, found):
+    """Events stored before ids were made from their time took the clock of the
+    statement that stored them, a little later: they are looked for up to
+    LEGACY_EVENT_ID_LAG back, and no further (no search of the whole table)."""
+    run_one(api)
+    first = Event.objects.order_by("seq").first()
+    Event.objects.filter(seq=first.seq).update(id=uuid7_at(first.time + lag))
+    first.refresh_from_db()
+    response = api.get(f"/events?after=evt_{first.id}")
+    if found:
+        assert response.body["pagination"]["total"] == 2
+    else:
+        assert_ojs_error(response, 400, "invalid_request")
 
 
 def test_events__unknown_after_is_400(api):

@@ -20,7 +20,8 @@ from django.utils import timezone
 
 import django_ojs
 from django_ojs import lifecycle, reaper
-from django_ojs.models import Job
+from django_ojs.ids import uuid7_at
+from django_ojs.models import Event, Job
 from tests.factories import JobFactory
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
@@ -217,3 +218,16 @@ def test_beats_acks_and_fails_read_their_jobs_by_primary_key_even_without_statis
         reads = _job_reads(plan[0]["Plan"])
         assert reads, f"the plan reads no job: {sql[:200]}"
         assert all(index.endswith("_pkey") for index in reads), (reads, sql[:200])
+
+
+def test_an_event_is_found_by_its_id_through_the_time_index():
+    """No unique index is kept on event ids: ``after=<event id>`` reads the event's
+    millisecond (and, failing that, the few seconds before it) in ojs_event_time_idx."""
+    django_ojs.enqueue_many([{"type": "hot.bulk", "args": [i]} for i in range(5)])
+    event = Event.objects.order_by("-seq").first()
+    with Statements() as captured:
+        assert Event.objects.with_id(event.id) == event
+        assert Event.objects.with_id(uuid7_at(event.time + timedelta(hours=1))) is None
+    found = captured.offenders()
+    assert not found, "\n".join(found)
+    assert captured.explained == 3  # one probe that found it, two that did not

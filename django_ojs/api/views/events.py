@@ -59,15 +59,10 @@ class EventListView(OJSView):
                 raise InvalidRequest(exc.message, details={"field": "since"}) from None
             events = events.filter(time__gte=since)
         if params.get("after"):
-            anchor = (
-                Event.objects.using(settings.DATABASE)
-                .filter(id=_uuid(params["after"], "after"))
-                .values_list("seq", flat=True)
-                .first()
-            )
+            anchor = Event.objects.using(settings.DATABASE).with_id(_uuid(params["after"], "after"))
             if anchor is None:
                 raise InvalidRequest("after names an unknown event", details={"field": "after"})
-            events = events.filter(seq__gt=anchor)
+            events = events.filter(seq__gt=anchor.seq)
         total = events.count()
         if page.after is not None:  # keyset cursor: the last sequence number already seen
             remaining = events.filter(seq__gt=page.after)
