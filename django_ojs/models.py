@@ -558,6 +558,8 @@ class Event(models.Model):
     time = models.DateTimeField(default=timezone.now)
     job_id = models.UUIDField(null=True, blank=True)
     queue = models.CharField(max_length=128, blank=True, default="")
+    #: The event's data as stored: a job event's has no ``job_id`` and ``queue`` keys,
+    #: which are the columns above (``wire_data`` and ``to_wire()`` put them back).
     data = models.JSONField(default=dict)
 
     objects = EventQuerySet.as_manager()
@@ -573,6 +575,21 @@ class Event(models.Model):
     def __str__(self) -> str:
         return f"{self.type} {self.subject}"
 
+    @property
+    def wire_data(self) -> Any:
+        """The event's data as its envelope carries it: ``data`` with the job's id and
+        queue (events §3), which a job event stores as columns, not in ``data``
+        (events stored by earlier versions have them in both)."""
+        data = self.data
+        if not isinstance(data, dict) or (self.job_id is None and not self.queue):
+            return data
+        columns: dict[str, Any] = {}
+        if self.job_id is not None and "job_id" not in data:
+            columns["job_id"] = str(self.job_id)
+        if self.queue and "queue" not in data:
+            columns["queue"] = self.queue
+        return {**columns, **data} if columns else data
+
     def to_wire(self) -> dict[str, Any]:
         """The event as its OJS envelope."""
         return {
@@ -583,7 +600,7 @@ class Event(models.Model):
             "time": envelope.format_timestamp(self.time),
             "subject": self.subject,
             "datacontenttype": "application/json",
-            "data": self.data,
+            "data": self.wire_data,
         }
 
 

@@ -76,13 +76,11 @@ class EventRow(NamedTuple):
 
 
 def job_data(job: Job, **data: Any) -> dict[str, Any]:
-    """The data every job event carries (events §3, conformance L0-EVT-002)."""
-    out: dict[str, Any] = {
-        "job_id": str(job.id),
-        "job_type": job.type,
-        "queue": job.queue,
-        "state": str(job.state),
-    }
+    """The data a job event stores (events §3, conformance L0-EVT-002): the envelope's
+    data but ``job_id`` and ``queue``, which are the event's columns of the same names
+    (``Event.wire_data`` puts them back): about 1.3 of the 6.7 µs an event row costs
+    PostgreSQL to build and store."""
+    out: dict[str, Any] = {"job_type": job.type, "state": str(job.state)}
     trace_id = job.meta.get("trace_id") if isinstance(job.meta, dict) else None
     if trace_id is not None:
         out["trace_id"] = trace_id  # events §8.3: MUST propagate

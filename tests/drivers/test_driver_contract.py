@@ -637,3 +637,31 @@ def test_lock_keys__excludes_other_transactions_until_commit(driver):
         held.set()
         thread.join(30)
     assert other_result == [False]
+
+
+def test_job_events_store_their_job_id_and_queue_once_and_send_them_in_the_envelope(driver):
+    """A job event's ``job_id`` and ``queue`` are columns; its stored ``data`` does not
+    repeat them (push of one, bulk push, claim, ACK), and the envelope has them."""
+    one = django_ojs.enqueue("a", queue="q1", meta={"trace_id": "t-3"})
+    many = django_ojs.enqueue_many([{"type": "b", "queue": "q1", "args": [i]} for i in range(3)])
+    claim(driver, queue="q1", limit=10)
+    complete(driver, [Completion(one.id, 1, {"ok": True})], worker_id="w-1")
+    events = list(Event.objects.filter(job_id__in=[one.id, *(j.id for j in many)]))
+    assert {e.type for e in events} == {"job.enqueued", "job.started", "job.completed"}
+    for event in events:
+        assert "job_id" not in event.data and "queue" not in event.data, event.type
+        wire = event.to_wire()["data"]
+        assert (wire["job_id"], wire["queue"]) == (str(event.job_id), "q1")
+        assert {k: v for k, v in wire.items() if k not in ("job_id", "queue")} == event.data
+
+
+def test_events_stored_with_their_job_id_and_queue_in_data_read_the_same():
+    """Events stored before job events left them out of ``data`` keep their envelope."""
+    job = django_ojs.enqueue("a", queue="q2")
+    event = Event.objects.get(job_id=job.id)
+    before = event.to_wire()
+    Event.objects.filter(seq=event.seq).update(
+        data={"job_id": str(job.id), "queue": "q2", **event.data}
+    )
+    event.refresh_from_db()
+    assert event.to_wire() == before

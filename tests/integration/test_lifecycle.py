@@ -154,7 +154,7 @@ def test_enqueue_many__sql_and_python_event_paths_agree(django_capture_on_commit
         out = []
         for job in jobs:
             event = Event.objects.get(job_id=job.id)
-            data = dict(event.data)
+            data = dict(event.wire_data)
             assert data.pop("job_id") == str(job.id)
             out.append((event.type, event.subject == str(job.id), data))
         return out
@@ -188,7 +188,7 @@ def test_enqueue_many__events_of_a_batch_sharing_some_values(
          "scheduled_at": envelope.format_timestamp(at)} | ({"trace_id": "t-1"} if i == 1 else {})
         for i, job in enumerate(jobs)
     ]  # fmt: skip
-    assert [Event.objects.get(job_id=job.id).data for job in jobs] == expected
+    assert [Event.objects.get(job_id=job.id).wire_data for job in jobs] == expected
     assert [e.type for e in Event.objects.filter(job_id__in=[j.id for j in jobs])] == [
         "job.scheduled"
     ] * 3
@@ -217,7 +217,7 @@ def test_enqueue_many__events_of_a_uniform_batch(
         for job in jobs
     ]  # fmt: skip
     events = [Event.objects.get(job_id=job.id) for job in jobs]
-    assert [e.data for e in events] == expected
+    assert [e.wire_data for e in events] == expected
     assert {(e.type, e.source) for e in events} == {("job.enqueued", "ojs://django-ojs")}
     assert received == (expected if receiver else [])
 
@@ -586,7 +586,7 @@ def test_ack__one_statement_and_locked_paths_agree(django_capture_on_commit_call
     for job in (fast, locked):
         stored = Job.objects.get(pk=job.pk)
         assert (stored.state, stored.result, stored.visible_until) == ("completed", {"n": 1}, None)
-    data = [Event.objects.get(job_id=j.id, type="job.completed").data for j in (fast, locked)]
+    data = [Event.objects.get(job_id=j.id, type="job.completed").wire_data for j in (fast, locked)]
     for d in data:
         d.pop("job_id"), d.pop("duration_ms")
     assert data[0] == data[1] == {

@@ -63,7 +63,7 @@ def test_ack_many__completes_owned_attempts_with_results_and_events(path):
         assert j.visible_until is None and j.timeout_at is None and j.stalled_at is None
     events = {e.job_id: e for e in Event.objects.filter(type="job.completed")}
     assert len(events) == 3
-    data = events[jobs[0].id].data
+    data = events[jobs[0].id].wire_data
     assert data["job_id"] == str(jobs[0].id) and data["job_type"] == "batch.job"
     assert data["queue"] == "default" and data["state"] == "completed"
     assert data["attempt"] == 1 and data["trace_id"] == "abc"
