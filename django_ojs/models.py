@@ -512,9 +512,9 @@ class CronJob(models.Model):
         return self.name
 
 
-#: How long before its id's millisecond an event stored by django-ojs 0.1.0.dev0 before
-#: event ids were made from their event's time may have happened: such an id took the
-#: clock of the statement that stored the event (or of the Python that built it).
+#: How long before its id's millisecond an event stored by an earlier version may have
+#: happened: its id took the clock of the statement that stored it (or of the Python
+#: that built it), not the event's time.
 LEGACY_EVENT_ID_LAG = timedelta(seconds=5)
 _MILLISECOND = timedelta(milliseconds=1)
 
