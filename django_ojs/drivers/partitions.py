@@ -143,6 +143,7 @@ def create(
         f"CREATE TABLE IF NOT EXISTS {_ident(name)} PARTITION OF {_ident(table)} "
         f"FOR VALUES FROM ('{lo}') TO ('{hi}')"
     )
+    _copy_statistics(cursor, table, name)
     if moving:
         cursor.execute(
             f"WITH moved AS (DELETE FROM {_ident(default)} WHERE {key} >= %s AND {key} < %s "
@@ -151,6 +152,26 @@ def create(
         )
         cursor.execute(f"ALTER TABLE {_ident(table)} ATTACH PARTITION {_ident(default)} DEFAULT")
     return Partition(table, name, start, end)
+
+
+# Per-column statistics targets (``ALTER COLUMN … SET STATISTICS``, migration 0019 sets
+# some to 0): neither ``LIKE`` nor ``PARTITION OF`` copies them, and autovacuum analyses
+# each partition with its own. NULL (PostgreSQL 17+) or -1 (before) is the default.
+STATISTICS_SQL = """
+SELECT a.attname, a.attstattarget FROM pg_attribute AS a
+WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+  AND a.attstattarget >= 0
+ORDER BY a.attnum
+"""
+
+
+def _copy_statistics(cursor: Any, source: str, target: str) -> None:
+    """Give ``target``'s columns ``source``'s statistics targets."""
+    cursor.execute(STATISTICS_SQL, [source])
+    targets = cursor.fetchall()
+    if targets:
+        alters = ", ".join(f"ALTER COLUMN {_ident(c)} SET STATISTICS {int(n)}" for c, n in targets)
+        cursor.execute(f"ALTER TABLE ONLY {_ident(target)} {alters}")
 
 
 def convert(cursor: Any, table: str, interval: str, start: datetime, end: datetime) -> None:
@@ -186,11 +207,13 @@ def _rebuild(cursor: Any, table: str, periods: tuple[str, datetime, datetime] | 
         f"INCLUDING IDENTITY INCLUDING GENERATED INCLUDING STORAGE)"
         + (f" PARTITION BY RANGE ({_ident(key)})" if periods else "")
     )
+    _copy_statistics(cursor, old, table)
     if periods:
         interval, period, end = periods
         cursor.execute(
             f"CREATE TABLE {_ident(table + '_default')} PARTITION OF {_ident(table)} DEFAULT"
         )
+        _copy_statistics(cursor, table, table + "_default")
         while period < end:
             following = next_start(period, interval)
             create(cursor, table, period, following)

@@ -6,7 +6,6 @@ PostgreSQL rolls back with the DDL: the next test finds the plain tables again.
 
 from __future__ import annotations
 
-import random
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -21,7 +20,7 @@ import django_ojs
 from django_ojs import lifecycle, reaper
 from django_ojs.drivers import get_driver
 from django_ojs.drivers.base import period_start
-from django_ojs.ids import uuid7_floor
+from django_ojs.ids import uuid7_at, uuid7_floor
 from django_ojs.lifecycle import partitions
 from django_ojs.models import Event, Job
 from tests.factories import JobFactory
@@ -34,13 +33,6 @@ def made(now: datetime, days: int, **kwargs: object) -> Job:
     at = now - timedelta(days=days)
     job: Job = JobFactory(id=uuid7_at(at), created_at=at, **kwargs)
     return job
-
-
-def uuid7_at(moment: datetime) -> uuid.UUID:
-    """A UUIDv7 of ``moment`` (what a job created then carries as its id)."""
-    rand = random.getrandbits(74)
-    value = uuid7_floor(moment).int | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62)
-    return uuid.UUID(int=value | (rand & ((1 << 62) - 1)))
 
 
 def where(job_id: uuid.UUID) -> str:
@@ -354,3 +346,47 @@ def test_two_reapers_with_the_same_view_of_the_periods_do_not_fail() -> None:
     assert driver.drop_partition(today, unless=None, keep=None, timeout=1) is False
     found = lifecycle.partition_layout("events")
     assert found is not None and [p.name for p in found.ranges] == [first.name]
+
+
+NO_STATISTICS = r"""
+SELECT c.relname, a.attname FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid
+WHERE c.relname ~ '^ojs_(job|event)(_p\d{8}|_default)?$' AND a.attnum > 0
+  AND a.attstattarget = 0
+"""
+
+
+def left_out() -> dict[str, set[str]]:
+    """Each job or event table's (or partition's) columns that ANALYZE leaves out."""
+    out: dict[str, set[str]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(NO_STATISTICS)
+        for table, column in cursor.fetchall():
+            out.setdefault(table, set()).add(column)
+    return out
+
+
+@pytest.mark.postgresql
+def test_analyze_leaves_the_documents_out_on_every_layout() -> None:
+    """Migration 0019: no statistics of a job's JSON documents or an event's data,
+    subject and source; partitions, made at once or later, and the plain table made
+    back from them keep it so (neither LIKE nor PARTITION OF copies the targets)."""
+    plain = left_out()
+    assert {"args", "meta", "result", "errors", "last_progress"} <= plain["ojs_job"]
+    assert not {"state", "queue", "type", "completed_at"} & plain["ojs_job"]
+    assert plain["ojs_event"] == {"data", "subject", "source"}
+    django_ojs.enqueue_many([{"type": "stats.job", "args": [i]} for i in range(20)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE ojs_job")
+        cursor.execute("SELECT attname FROM pg_stats WHERE tablename = 'ojs_job'")
+        analysed = {row[0] for row in cursor.fetchall()}
+    assert "state" in analysed and "args" not in analysed and "meta" not in analysed
+
+    lifecycle.partition_tables(["jobs", "events"], interval="day", premake=1)
+    lifecycle.maintain_partitions(premake=3)  # periods made later, one by one
+    partitioned = left_out()
+    assert len([t for t in partitioned if t.startswith("ojs_job_")]) >= 4
+    for table, columns in partitioned.items():
+        assert columns == plain["ojs_event" if table.startswith("ojs_event") else "ojs_job"]
+
+    call_command("ojs_partition", "--disable", stdout=StringIO())
+    assert left_out() == plain
