@@ -409,14 +409,16 @@ class Driver(ABC):
         already holds the single write lock. Call inside a transaction.
         """
 
-    def refresh_statistics(self, *, min_rows: int) -> list[str]:
+    def refresh_statistics(self, *, min_rows: int, min_pages: int) -> list[str]:
         """Analyse the job tables whose planner statistics are badly out of date.
 
         A table is analysed when it holds at least twice the rows it held at its last
         analysis, and at least ``min_rows``: a table filled in seconds, which autovacuum
         reaches only a minute or more later. Updates (claims, completions) do not count.
-        Returns the tables analysed. PostgreSQL only (its plans follow the statistics);
-        elsewhere nothing is done.
+        The count of rows lags behind the inserts by up to seconds, so a table that
+        had fewer than ``min_pages`` pages at its last analysis is also analysed once its
+        file has ``min_pages`` and twice those. Returns the tables analysed. PostgreSQL
+        only (its plans follow the statistics); elsewhere nothing is done.
         """
         return []
 

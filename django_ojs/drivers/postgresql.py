@@ -487,12 +487,24 @@ LIMIT %(limit)s
 # and completions change no row count, and counted as changes they made the reaper
 # analyse the table halfway through every backlog a worker drained (128 ms of
 # PostgreSQL's time for 20,000 jobs, amid the drain).
+# The count of rows held lags, though: a session reports its inserts at most once a
+# second, and one that then waits idle reports them up to 10 s later (PostgreSQL 15+),
+# so a worker started right after a bulk push saw an empty table and drained 50,000
+# jobs in 4.4-4.8 s instead of 2.9-3.3 (its plans, and every count of the jobs, read
+# the whole table). A table that was all but empty at its last analysis or vacuum
+# (fewer than ``min_pages`` pages) is analysed as soon as its file holds ``min_pages``
+# and twice its pages then: a size PostgreSQL knows at once. The analysis records
+# the pages it saw, so this happens once per filling, not once per pass.
 STALE_JOB_TABLES_SQL = r"""
 SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.relname ~ '^ojs_job(_p\d{8}|_default)?$' AND c.relkind = 'r'
   AND pg_catalog.pg_table_is_visible(s.relid)
   AND pg_catalog.pg_has_role(c.relowner, 'USAGE')
-  AND s.n_live_tup >= GREATEST(%(min_rows)s, 2 * c.reltuples)
+  AND (s.n_live_tup >= GREATEST(%(min_rows)s, 2 * c.reltuples)
+       OR (c.relpages < %(min_pages)s
+           AND pg_catalog.pg_relation_size(c.oid)
+               >= GREATEST(%(min_pages)s, 2 * c.relpages)
+                  * current_setting('block_size')::bigint))
 ORDER BY s.relname
 """
 
@@ -1074,9 +1086,9 @@ class PostgreSQLDriver(OrmDriver):
         with _cursor(connections[self.using]) as cursor:
             cursor.execute(LOCK_KEYS_SQL, [sorted(set(keys))])
 
-    def refresh_statistics(self, *, min_rows: int) -> list[str]:
+    def refresh_statistics(self, *, min_rows: int, min_pages: int) -> list[str]:
         with _cursor(connections[self.using]) as cursor:
-            cursor.execute(STALE_JOB_TABLES_SQL, {"min_rows": min_rows})
+            cursor.execute(STALE_JOB_TABLES_SQL, {"min_rows": min_rows, "min_pages": min_pages})
             stale = [name for (name,) in cursor.fetchall()]
             for name in stale:  # names from the catalog, matched by the pattern above
                 cursor.execute(f'ANALYZE "{name}"')

@@ -378,6 +378,9 @@ def _delete(rows: QuerySet[Any], limit: int | None) -> int:
 
 #: Rows below which a job table is left to autovacuum.
 STATISTICS_MIN_ROWS = 1_000
+#: Pages (8 kB) of about as many jobs: the size from which a table that was all but
+#: empty at its last analysis is analysed, before its count of rows says so.
+STATISTICS_MIN_PAGES = 25
 
 
 def refresh_statistics(*, using: str | None = None) -> list[str]:
@@ -388,11 +391,15 @@ def refresh_statistics(*, using: str | None = None) -> list[str]:
     is planned on the statistics of the empty one until then, and claims read every
     waiting job to find the first ones. The reaper asks each pass; a table is analysed
     when it holds at least twice the rows it held at its last analysis (and at least
-    ``STATISTICS_MIN_ROWS``), which autovacuum keeps from happening on a live system.
+    ``STATISTICS_MIN_ROWS``), which autovacuum keeps from happening on a live system,
+    or, since that count lags behind the inserts by seconds, when it was all but empty
+    then and its file has grown to ``STATISTICS_MIN_PAGES`` and twice its size.
     Claims and completions change no row count: draining a backlog sets nothing off.
     Returns the tables analysed.
     """
-    return get_driver(db(using)).refresh_statistics(min_rows=STATISTICS_MIN_ROWS)
+    return get_driver(db(using)).refresh_statistics(
+        min_rows=STATISTICS_MIN_ROWS, min_pages=STATISTICS_MIN_PAGES
+    )
 
 
 def purge_all(*, using: str | None = None) -> dict[str, int]:

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from django_ojs import lifecycle, reaper
 from django_ojs.drivers import get_driver
+from django_ojs.lifecycle.maintenance import STATISTICS_MIN_PAGES
 from django_ojs.models import Job
 from tests.factories import JobFactory
 
@@ -184,6 +185,28 @@ def test_a_pass_analyses_a_job_table_that_filled_up_since_its_last_analysis():
                        "WHERE tablename = 'ojs_job' AND attname = 'state'")  # fmt: skip
         assert cursor.fetchone()[0] == "{available}"
     assert reaper.run_once().analyzed == []  # analysed once, then left to autovacuum
+
+
+@pytest.mark.postgresql
+def test_a_pass_analyses_a_table_filled_since_it_was_analysed_empty_before_its_rows_count():
+    """The count of rows lags behind the inserts (a session reports them up to 10 s
+    later): a table analysed empty is analysed by the size of its file, once."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute("ANALYZE ojs_job")  # of the empty table: 0 pages
+    lifecycle.enqueue_many([{"type": "stats.size", "args": [i]} for i in range(1_500)])
+    with connections["default"].cursor() as cursor:
+        # As if the inserts were not counted yet: only the file's size can tell.
+        cursor.execute("SELECT pg_stat_reset_single_table_counters('ojs_job'::regclass)")
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'ojs_job'")
+        assert cursor.fetchone()[0] == 0
+
+    assert reaper.run_once().analyzed == ["ojs_job"]
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT relpages, reltuples FROM pg_class WHERE relname = 'ojs_job'")
+        pages, rows = cursor.fetchone()
+    assert pages >= STATISTICS_MIN_PAGES and rows == 1_500
+    assert reaper.run_once().analyzed == []  # its pages are recorded: not again
 
 
 @pytest.mark.postgresql
