@@ -365,8 +365,8 @@ def test_small_claims_reuse_one_plan_and_claim_exactly_their_count():
 
 
 def test_events_built_in_sql_get_distinct_uuid7_ids_even_after_setseed():
-    """Events built by PostgreSQL (a bulk push, a claim, a batch ACK) get UUIDv7 ids from
-    the statement's clock, and no two collide, also when the session reseeded random()
+    """Events built by PostgreSQL (a bulk push, a claim, a batch ACK) get UUIDv7 ids of
+    their time's millisecond, and no two collide, also when the session reseeded random()
     before each statement (the ids then repeat their random part, not their value)."""
     before = timezone.now()
     with connection.cursor() as cursor:
