@@ -157,9 +157,10 @@ bench-peers: ## Side by side with pgqueuer (and Chancy) on a throwaway PostgreSQ
 bench-peers-interleaved: ## The harness's drain, django-ojs and pgqueuer in turn, one run each per round (ROUNDS=8; after one make bench-peers)
 	PEERBENCH=$(PEERBENCH) python3 bench/peers_interleaved.py $(ROUNDS)
 
-bench-http: $(VENV)/.installed ## The HTTP binding under gunicorn: enqueue, fetch + ack and round trips per second (by hand)
+BENCH_HTTP_ARGS ?=
+bench-http: $(VENV)/.installed ## The HTTP binding beside plain Django views, same server and run, median of 3 rounds (by hand; BENCH_HTTP_ARGS="--server granian")
 	$(PY) -m pip install --quiet --group bench
-	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench_http $(PY) bench/http_api.py
+	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench_http $(PY) bench/http_api.py $(BENCH_HTTP_ARGS)
 
 bench-worker: $(VENV)/.installed ## Worker drain throughput and pickup latency on PostgreSQL (see docs/explanation/performance-worker.md)
 	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench_worker $(PY) bench/drain.py --concurrency 500
