@@ -65,6 +65,9 @@ API_AUTH_CHOICES = ("api_key", "none")
 #: Content type of HTTP API responses (HTTP binding §4.3); ``application/json`` for old SDKs.
 DEFAULT_RESPONSE_CONTENT_TYPE = "application/openjobspec+json"
 RESPONSE_CONTENT_TYPES = ("application/openjobspec+json", "application/json")
+#: Seconds an API key, once verified, is trusted without reading its row again: the longest
+#: a key revoked or narrowed in another process keeps working (0: read it on every request).
+DEFAULT_API_KEY_CACHE_SECONDS = 5.0
 #: Largest accepted HTTP request body, in bytes (413 above it).
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 #: Deepest nesting of arrays/objects accepted in a JSON value a client sends (args, meta,
@@ -260,6 +263,11 @@ class Settings:
         """Requests per caller on the HTTP API (``"1000/min"``); ``None``: no limit."""
         value = self._get("OJS_API_RATE_LIMIT", None)
         return None if value is None else str(value)
+
+    @property
+    def API_KEY_CACHE_SECONDS(self) -> float:
+        """Seconds a verified API key is trusted before its row is read again (0: never)."""
+        return float(self._get("OJS_API_KEY_CACHE_SECONDS", DEFAULT_API_KEY_CACHE_SECONDS))
 
     @property
     def MAX_REQUEST_BYTES(self) -> int:

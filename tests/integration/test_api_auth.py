@@ -332,3 +332,97 @@ def test_check_secret__rejects_malformed_hashes():
 
 def test_key_fixture_helper_gives_a_working_key():
     assert OJSClient(key("operator")).get("/queues").status_code == 200
+
+
+# ------------------------------------------- the verified-key cache and its bound
+
+
+class Clock:
+    """``apikeys._clock`` under the test's control: the cache's bound without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(apikeys, "_clock", clock)
+    apikeys.forget()
+    yield clock
+    apikeys.forget()
+
+
+def other_process_sets(stored: ApiKey, **fields) -> None:
+    """What another web process (or the admin on another server) writes: the row only."""
+    assert ApiKey.objects.filter(pk=stored.pk).update(**fields) == 1
+
+
+@override_settings(OJS_API_KEY_CACHE_SECONDS=5)
+def test_key_revoked_elsewhere__stops_working_once_the_cache_bound_passes(clock):
+    stored, raw = apikeys.create("k", "admin")
+    api = OJSClient(raw)
+    assert api.get("/queues").status_code == 200
+    other_process_sets(stored, revoked_at=timezone.now())
+    clock.now += 4.9  # within the bound: this process has not read the row again
+    assert api.get("/queues").status_code == 200
+    clock.now += 0.1  # the bound: the row is read, the revocation seen
+    assert_ojs_error(api.get("/queues"), 401, "unauthenticated")
+    clock.now += 100
+    assert_ojs_error(api.get("/queues"), 401, "unauthenticated")
+
+
+@override_settings(OJS_API_KEY_CACHE_SECONDS=5)
+def test_key_narrowed_elsewhere__loses_its_rights_once_the_cache_bound_passes(clock):
+    stored, raw = apikeys.create("k", "admin")
+    api = OJSClient(raw)
+    assert api.get("/queues").status_code == 200
+    assert api.post("/workers/fetch", {"queues": ["billing"]}).status_code == 200
+    other_process_sets(stored, scope="worker", queues=["email"])
+    clock.now += 5
+    assert_ojs_error(api.get("/queues"), 403, "permission_denied")  # scope
+    assert_ojs_error(api.post("/workers/fetch", {"queues": ["billing"]}), 403, "permission_denied")
+    assert api.post("/workers/fetch", {"queues": ["email"]}).status_code == 200
+
+
+@override_settings(OJS_API_KEY_CACHE_SECONDS=5)
+def test_key_changed_in_this_process__holds_at_once(clock):
+    stored, raw = apikeys.create("k", "admin")
+    api = OJSClient(raw)
+    assert api.get("/queues").status_code == 200
+    apikeys.update(stored, scope="producer")
+    assert_ojs_error(api.get("/queues"), 403, "permission_denied")
+    apikeys.revoke(stored)
+    assert_ojs_error(api.post("/jobs", JOB), 401, "unauthenticated")
+
+
+@override_settings(OJS_API_KEY_CACHE_SECONDS=0)
+def test_key_cache_off__reads_the_row_on_every_request(clock):
+    stored, raw = apikeys.create("k", "admin")
+    api = OJSClient(raw)
+    assert api.get("/queues").status_code == 200
+    other_process_sets(stored, revoked_at=timezone.now())
+    assert_ojs_error(api.get("/queues"), 401, "unauthenticated")
+
+
+@override_settings(OJS_API_KEY_CACHE_SECONDS=5)
+def test_key_cache__trusts_only_the_exact_key_it_verified(clock):
+    stored, raw = apikeys.create("k", "admin")
+    assert OJSClient(raw).get("/queues").status_code == 200
+    # Same prefix, another secret: not the cached key, so its row and hash are checked.
+    forged = raw[: raw.rindex("_") + 1] + "x" * 43
+    assert_ojs_error(OJSClient(forged).get("/queues"), 401, "unauthenticated")
+    assert apikeys.authenticate(raw) == stored
+
+
+@override_settings(OJS_API_KEY_CACHE_SECONDS=5)
+def test_key_cache__holds_a_bounded_number_of_keys(clock):
+    for n in range(apikeys.CACHE_SIZE + 5):
+        apikeys._trusted[f"fingerprint-{n}"] = (clock.now + 5, ApiKey(prefix="x"))
+    assert len(apikeys._trusted) > apikeys.CACHE_SIZE
+    _, raw = apikeys.create("k", "admin")
+    assert apikeys.authenticate(raw) is not None
+    assert len(apikeys._trusted) <= apikeys.CACHE_SIZE
