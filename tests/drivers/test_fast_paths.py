@@ -19,8 +19,9 @@ from django.utils import timezone
 
 import django_ojs
 from django_ojs import lifecycle, signals
-from django_ojs.drivers import get_driver
+from django_ojs.drivers import Completion, get_driver
 from django_ojs.drivers.postgresql import LITERAL_LIMIT_UP_TO
+from django_ojs.lifecycle import events
 from django_ojs.lifecycle.push import PUSH_BATCH
 from django_ojs.models import Event, Job, Worker
 
@@ -362,6 +363,43 @@ def test_small_claims_reuse_one_plan_and_claim_exactly_their_count():
     claimed = Job.objects.filter(state="active")
     assert claimed.count() == 20 * 3 + 2 * limit + 1
     assert sorted(j.args[0] for j in claimed) == list(range(claimed.count()))  # in order
+
+
+def _ack_plans() -> list[tuple[int, int]]:
+    """(generic, custom) plan counts of this session's prepared ACK statements."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s ORDER BY prepare_time",
+            ["%done AS ( UPDATE ojs_job%"],
+        )
+        return [(int(g), int(c)) for g, c in cursor.fetchall()]
+
+
+def test_single_acks_reuse_one_plan():
+    """An ACK of one job (every HTTP ACK) names it by a scalar id: with ``= ANY($ids)``
+    PostgreSQL planned the prepared statement again on every call (its reused plan must
+    assume an array of ten); with ``id = $id`` the plan is made once and reused."""
+    # A table large and analysed enough for the planner to weigh an array of ten.
+    django_ojs.enqueue_many([{"type": "fast.ack", "args": [i]} for i in range(5000)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE ojs_job")
+    jobs = lifecycle.fetch(["default"], 40, worker_id="w-ack", register=False)
+    for job in jobs[:12]:  # prepared, then PostgreSQL's five trial plans
+        assert lifecycle.ack(job.id, {"n": job.args[0]}, worker_id="w-ack").state == "completed"
+    ((generic, custom),) = _ack_plans()
+    for job in jobs[12:20]:
+        lifecycle.ack(job.id, None, worker_id="w-ack")
+    assert _ack_plans() == [(generic + 8, custom)]  # the same plan, 8 more times
+    assert Job.objects.filter(state="completed").count() == 20
+    assert Job.objects.get(pk=jobs[0].id).result == {"n": 0}
+    # A batch (the in-process worker's) still completes exactly its jobs.
+    written = get_driver("default").complete_many(
+        [Completion(j.id, j.attempt, j.args[0]) for j in jobs[20:]], worker_id="w-ack",
+        now=timezone.now(), events=events.mode(), source="test", fields=None,
+    )  # fmt: skip
+    assert sorted(j.result for j in written.jobs) == list(range(20, 40))
+    assert Job.objects.filter(state="completed").count() == 40
 
 
 def test_events_built_in_sql_get_distinct_uuid7_ids_even_after_setseed():
