@@ -7,6 +7,7 @@ lost reservations, dead workers, shutdown).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -36,12 +37,19 @@ from django_ojs.validation import validate_worker_id
 
 
 def ack(
-    job_id: Any, result: Any = None, *, worker_id: str | None = None, using: str | None = None
+    job_id: Any,
+    result: Any = None,
+    *,
+    worker_id: str | None = None,
+    using: str | None = None,
+    fields: Sequence[str] | None = None,
 ) -> Job:
     """Complete an active job, storing ``result`` (any JSON value).
 
     Raises :class:`InvalidTransition` unless the job is ``active``, and
     :class:`ReservationMismatch` when ``worker_id`` is not the reservation holder.
+    ``fields`` names the columns the returned job carries (``id`` always; the others are
+    loaded on access); ``None``: all of them.
     """
     using = db(using)
     worker_id = validate_worker_id(worker_id)
@@ -51,7 +59,7 @@ def ack(
     # path below says precisely why (not found, not active, another worker's job).
     # A workflow member does not qualify there: it completes below, in the transaction
     # that also moves its workflow (counters, next chain step, callbacks).
-    done = _complete(job_id, result, worker_id, using, now, without_workflow=True)
+    done = _complete(job_id, result, worker_id, using, now, without_workflow=True, fields=fields)
     if done is not None:
         return done
     with transaction.atomic(using=using):
@@ -73,6 +81,7 @@ def _complete(
     now: datetime,
     *,
     without_workflow: bool,
+    fields: Sequence[str] | None = None,
 ) -> Job | None:
     written = get_driver(using).complete_many(
         [Completion(parse_id(job_id), None, result)],
@@ -80,7 +89,7 @@ def _complete(
         now=now,
         events=events.mode(),
         source=settings.EVENT_SOURCE,
-        fields=None,
+        fields=fields,
         without_workflow=without_workflow,
     )
     events.signal(written.events, using)

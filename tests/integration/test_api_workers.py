@@ -124,8 +124,10 @@ def test_ack__completes_with_any_json_result(api):
     assert response.status_code == 200
     assert body["acknowledged"] is True and body["job_id"] == body["id"] == job["id"]
     assert body["state"] == "completed" and body["completed_at"]
-    assert body["job"]["result"] == ["a", 1]
-    assert api.get(f"/jobs/{job['id']}").body["job"]["result"] == ["a", 1]
+    # HB §10.2's fields (and id): the whole job is read with GET /jobs/{id}.
+    assert set(body) == {"acknowledged", "job_id", "id", "state", "completed_at"}
+    stored = api.get(f"/jobs/{job['id']}").body["job"]
+    assert stored["result"] == ["a", 1] and stored["completed_at"] == body["completed_at"]
 
 
 def test_ack__clears_the_previous_error(api):

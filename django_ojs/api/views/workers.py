@@ -44,7 +44,12 @@ class AckView(WorkerView):
     def post(self, request: Any) -> Response:
         data = serializers.ack_request(self.body(request))
         self.require_job_queue(request, data["job_id"], DEQUEUE)
-        job = lifecycle.ack(data["job_id"], data["result"], worker_id=data["worker_id"])
+        job = lifecycle.ack(
+            data["job_id"],
+            data["result"],
+            worker_id=data["worker_id"],
+            fields=serializers.ACK_FIELDS,
+        )
         return Response(serializers.ack_result(job))
 
 
