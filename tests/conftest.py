@@ -33,3 +33,12 @@ def wait_until() -> Callable[..., Any]:
             time.sleep(interval)
 
     return wait
+
+
+@pytest.fixture(autouse=True)
+def _forget_worker_touches() -> None:
+    """Each test starts with no worker recorded by an earlier one's fetches (their rows
+    were rolled back or truncated with that test's database)."""
+    from django_ojs.lifecycle import claim
+
+    claim._touched.clear()

@@ -7,6 +7,7 @@ of life and emits ``job.started``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -137,6 +138,9 @@ class Fetch:
         # BEGIN and COMMIT round trips); several queues are looked at once, and their
         # claims commit together.
         touch = bool(worker_id and self.register)
+        if touch and not connections[using].in_atomic_block:
+            # A fetch of its own commits at once: what it records stays recorded.
+            touch = _touch_due(using, worker_id)
         if len(order) == 1:
             only = driver.claim_if_clear(order[0], count, register=order if touch else None, **how)
             touch = False  # done, whatever the claim found
@@ -183,6 +187,30 @@ class Fetch:
                         written.extend(result.events)
             events.signal(written, using)
         return claimed
+
+
+#: An HTTP worker's fetches record its sign of life (its row's ``last_heartbeat_at``; the
+#: first creates the row) at most this often per web process: a worker fetching in a loop wrote its row
+#: on every request, for a heartbeat that is stale only after ``OJS_WORKER_STALE_AFTER``.
+TOUCH_EVERY = 1.0
+#: When each (database, worker) was last recorded here, on ``_clock``.
+_touched: dict[tuple[str, str], float] = {}
+_clock = time.monotonic
+
+
+def _touch_due(using: str, worker_id: str | None) -> bool:
+    """Whether this fetch records the worker's sign of life (and notes that it does):
+    its first fetch here does (creating its row), then one a :data:`TOUCH_EVERY`. For
+    fetches outside a transaction only: one inside may be rolled back with its caller's."""
+    key = (using, worker_id or "")
+    now = _clock()
+    last = _touched.get(key)
+    if last is not None and now - last < TOUCH_EVERY:
+        return False
+    if len(_touched) >= 4096:  # worker ids come from clients: never grow without bound
+        _touched.clear()
+    _touched[key] = now
+    return True
 
 
 def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:

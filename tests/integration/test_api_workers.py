@@ -60,6 +60,50 @@ def test_fetch__creates_an_unknown_worker(api):
     assert Worker.objects.filter(id="brand-new").exists()
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fetch__records_a_polling_worker_once_a_second_and_every_new_one_at_once(monkeypatch):
+    """A fetch of its own (HTTP: autocommit) writes its worker's row once per
+    ``TOUCH_EVERY`` per process, not on every request; a new worker's at once."""
+    from django_ojs.lifecycle import claim
+
+    clock = Clock()
+    monkeypatch.setattr(claim, "_clock", clock)
+    monkeypatch.setattr(claim, "_touched", {})
+    api = client("admin")
+    api.fetch(worker_id="poller")
+    first = Worker.objects.get(id="poller").last_heartbeat_at
+    clock.now += claim.TOUCH_EVERY / 2
+    api.fetch(worker_id="poller")
+    assert Worker.objects.get(id="poller").last_heartbeat_at == first  # not written again
+    api.fetch(worker_id="other")  # another worker: recorded at once
+    assert Worker.objects.filter(id="other").exists()
+    clock.now += claim.TOUCH_EVERY
+    api.fetch(worker_id="other")
+    Worker.objects.filter(id="other").update(last_heartbeat_at=past(30))
+    clock.now += claim.TOUCH_EVERY
+    api.fetch(worker_id="other")
+    assert Worker.objects.get(id="other").last_heartbeat_at > past(10)  # a second later
+
+
+def test_fetch__inside_a_transaction_always_records_its_worker():
+    # A caller's transaction may roll back what the fetch wrote: nothing is remembered.
+    from django_ojs.lifecycle import claim
+
+    for _ in range(3):
+        lifecycle.fetch(["default"], worker_id="in-atomic")
+        assert Worker.objects.filter(id="in-atomic").exists()
+        Worker.objects.filter(id="in-atomic").delete()
+    assert not any(key[1] == "in-atomic" for key in claim._touched)
+
+
 def test_fetch__visibility_timeout_ms_sets_the_reservation(api):
     api.enqueue()
     before = timezone.now()

@@ -127,8 +127,14 @@ class OJSView(APIView):
     # ------------------------------------------------------- queue access (security §7.1)
 
     def principal(self, request: Any) -> permissions.Principal:
-        """The caller (``OPEN`` when the view is public or the API unauthenticated)."""
-        return permissions.principal(request) or permissions.OPEN
+        """The caller (``OPEN`` when the view is public or the API unauthenticated).
+
+        Worked out once per request: a batch asks for each of its jobs' queues."""
+        who: permissions.Principal | None = getattr(request, "_ojs_principal", None)
+        if who is None:
+            who = permissions.principal(request) or permissions.OPEN
+            request._ojs_principal = who
+        return who
 
     def require_queue(self, request: Any, queue: str, operation: str) -> None:
         """403 unless the caller's key may use ``queue``."""
