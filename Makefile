@@ -118,8 +118,11 @@ test-under-load: $(VENV)/.installed browser-deps ## Whole suite 3x on SQLite, th
 test-pg-restart: $(VENV)/.installed ## Workers across real PostgreSQL restarts, on a private cluster it starts (by hand; needs initdb/pg_ctl)
 	OJS_TEST_PG_RESTART=1 DATABASE_URL=$(PG_URL) $(PY) -m pytest -m pg_restart tests/acceptance/test_postgresql_restart.py $(PYTEST_ARGS)
 
-test-django6: ## Run the suite on Django 6.x (needs Python 3.12+; skipped with a notice when none is installed)
-	@if [ -z "$(PYTHON_DJ6)" ]; then echo "NOTICE: no Python 3.12+ found: the Django 6.x suite was not run."; exit 0; fi; \
+test-django6: ## Run the suite on Django 6.x (needs Python 3.12+; skipped with a notice when none is installed, an error when CI=true)
+	@if [ -z "$(PYTHON_DJ6)" ]; then \
+		if [ "$$CI" = "true" ]; then echo "ERROR: no Python 3.12+ found and CI=true: the Django 6.x suite cannot run." >&2; exit 1; fi; \
+		echo "NOTICE: no Python 3.12+ found: the Django 6.x suite was not run."; exit 0; \
+	fi; \
 	set -e; \
 	if [ ! -f $(VENV_DJ6)/.installed ] || [ pyproject.toml -nt $(VENV_DJ6)/.installed ]; then \
 		$(PYTHON_DJ6) -m venv $(VENV_DJ6); \

@@ -28,7 +28,7 @@ def test_manifest__union_of_the_binding_and_conformance_fields():
         "version": django_ojs.__version__,
         "language": "python",
     }
-    assert body["conformance_level"] == 1 and body["conformance_tier"] == "runtime"
+    assert body["conformance_level"] == 4 and body["conformance_tier"] == "runtime"
     assert body["protocols"] == ["http"] and body["backend"].startswith("django-orm:")
     assert body["capabilities"]["dead_letter"] is True
     assert body["capabilities"]["workflows"] is True
