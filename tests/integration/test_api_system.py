@@ -33,6 +33,16 @@ def test_manifest__union_of_the_binding_and_conformance_fields():
     assert body["capabilities"]["dead_letter"] is True
     assert body["capabilities"]["workflows"] is True
     assert body["extensions"]["authentication"] == {"schemes": ["bearer"], "required": True}
+    # Conformance §4.2.1: each official extension as {name, uri, version}.
+    official = body["extensions"]["official"]
+    assert {
+        "name": "admin-api",
+        "uri": "urn:ojs:ext:admin-api",
+        "version": "1.0.0-rc.1",
+    } in official
+    assert {e["name"] for e in official} >= {"cron", "dead-letter", "rate-limiting", "workflows"}
+    assert all(e["uri"] == f"urn:ojs:ext:{e['name']}" and e["version"] for e in official)
+    assert body["extensions"]["experimental"] == []
     assert body["endpoints"]["base_url"] == "http://testserver/ojs/v1"
     assert body["endpoints"]["manifest"] == "http://testserver/ojs/manifest"
 

@@ -28,6 +28,21 @@ _STARTED = time.monotonic()
 CONFORMANCE_LEVEL = 4
 
 
+#: The official extensions served, each with the version of its spec document.
+OFFICIAL_EXTENSIONS = (
+    ("admin-api", "1.0.0-rc.1"),
+    ("cron", "1.0.0-rc.1"),
+    ("dead-letter", "1.0.0-rc.1"),
+    ("middleware", "1.0.0-rc.1"),
+    ("progress", "1.0.0-rc.1"),
+    ("rate-limiting", "1.0.0-rc.1"),
+    ("results", "1.0.0-rc.1"),
+    ("timeouts", "1.0.0-rc.1"),
+    ("unique-jobs", "1.0.0-rc.1"),
+    ("workflows", "1.0.0-rc.1"),
+)
+
+
 class ManifestView(OJSView):
     """What this server implements: the union of HB §21 and conformance §4 fields."""
 
@@ -65,18 +80,10 @@ class ManifestView(OJSView):
                     "events": True,
                 },
                 "extensions": {
-                    # Served extensions (each a spec document's URN suffix).
+                    # Conformance §4.2.1's structured form: {name, uri, version} each.
                     "official": [
-                        "admin-api",
-                        "cron",
-                        "dead-letter",
-                        "middleware",
-                        "progress",
-                        "rate-limiting",
-                        "results",
-                        "timeouts",
-                        "unique-jobs",
-                        "workflows",
+                        {"name": name, "uri": f"urn:ojs:ext:{name}", "version": version}
+                        for name, version in OFFICIAL_EXTENSIONS
                     ],
                     "experimental": [],
                     # HB §5.2: document the authentication requirements here.
