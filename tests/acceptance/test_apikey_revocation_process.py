@@ -9,22 +9,15 @@ from django.test import override_settings
 from django_ojs import apikeys
 from django_ojs.models import ApiKey
 from tests.acceptance.conftest import wait_for
+from tests.clock import ManualClock
 from tests.integration.api_support import OJSClient, assert_ojs_error
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @override_settings(OJS_API_KEY_CACHE_SECONDS=5)
 def test_key_revoked_by_another_process__refused_once_the_bound_passes(processes, monkeypatch):
-    clock = Clock()
+    clock = ManualClock()
     monkeypatch.setattr(apikeys, "_clock", clock)
     apikeys.forget()
     stored, raw = apikeys.create("revoked-elsewhere", "worker")

@@ -331,15 +331,20 @@ def test_an_explicit_prepare_threshold_of_none_is_respected():
         connection.close()
 
 
-def _claim_plans() -> list[tuple[int, int]]:
-    """(generic, custom) plan counts of this session's prepared claims."""
+def _plans(like: str) -> list[tuple[int, int]]:
+    """(generic, custom) plan counts of this session's prepared statements ``LIKE like``."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
             " WHERE statement LIKE %s ORDER BY prepare_time",
-            ["%claimed AS (%"],
+            [like],
         )
         return [(int(g), int(c)) for g, c in cursor.fetchall()]
+
+
+def _claim_plans() -> list[tuple[int, int]]:
+    """(generic, custom) plan counts of this session's prepared claims."""
+    return _plans("%claimed AS (%")
 
 
 def test_small_claims_reuse_one_plan_and_claim_exactly_their_count():
@@ -367,13 +372,7 @@ def test_small_claims_reuse_one_plan_and_claim_exactly_their_count():
 
 def _ack_plans() -> list[tuple[int, int]]:
     """(generic, custom) plan counts of this session's prepared ACK statements."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-            " WHERE statement LIKE %s ORDER BY prepare_time",
-            ["%done AS ( UPDATE ojs_job%"],
-        )
-        return [(int(g), int(c)) for g, c in cursor.fetchall()]
+    return _plans("%done AS ( UPDATE ojs_job%")
 
 
 def test_single_acks_reuse_one_plan():

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from django_ojs import apikeys
 from django_ojs.models import ApiKey, Job
+from tests.clock import ManualClock
 from tests.factories import JobFactory, QueueFactory
 from tests.integration.api_support import OJSClient, assert_ojs_error, client, key
 
@@ -337,19 +338,9 @@ def test_key_fixture_helper_gives_a_working_key():
 # ------------------------------------------- the verified-key cache and its bound
 
 
-class Clock:
-    """``apikeys._clock`` under the test's control: the cache's bound without waiting."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock(monkeypatch):
-    clock = Clock()
+    clock = ManualClock()
     monkeypatch.setattr(apikeys, "_clock", clock)
     apikeys.forget()
     yield clock

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from django_ojs import lifecycle
 from django_ojs.models import Event, Job, Worker
+from tests.clock import ManualClock
 from tests.factories import JobFactory, WorkerFactory
 from tests.integration.api_support import assert_ojs_error, client
 
@@ -60,21 +61,13 @@ def test_fetch__creates_an_unknown_worker(api):
     assert Worker.objects.filter(id="brand-new").exists()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.mark.django_db(transaction=True)
 def test_fetch__records_a_polling_worker_once_a_second_and_every_new_one_at_once(monkeypatch):
     """A fetch of its own (HTTP: autocommit) writes its worker's row once per
     ``TOUCH_EVERY`` per process, not on every request; a new worker's at once."""
     from django_ojs.lifecycle import claim
 
-    clock = Clock()
+    clock = ManualClock()
     monkeypatch.setattr(claim, "_clock", clock)
     monkeypatch.setattr(claim, "_touched", {})
     api = client("admin")
