@@ -66,21 +66,32 @@ class Page:
     after: int | None = None  # keyset position (events)
 
     def wrap(self, total: int, count: int, next_position: dict[str, Any] | None) -> dict[str, Any]:
-        """The ``pagination`` object for a page of ``count`` items out of ``total``."""
+        """The ``pagination`` object for a page of ``count`` items out of ``total``: HB §17's
+        ``limit``/``offset``/``has_more`` and, for pages by position, the ``page`` and
+        ``per_page`` of rate-limiting §10.3 and the admin API (spec-readings.md)."""
         out: dict[str, Any] = {
             "total": total,
             "limit": self.limit,
             "offset": self.offset,
             "has_more": next_position is not None,
         }
+        if self.after is None:
+            out["page"] = self.offset // self.limit + 1
+            out["per_page"] = self.limit
         if next_position is not None:
             out["next_cursor"] = encode_cursor(next_position)
         return out
 
 
 def page(params: Mapping[str, str]) -> Page:
-    """Read ``limit`` (default 50, clamped to 200), ``cursor`` and ``offset``."""
-    limit = min(_int_param(params, "limit", DEFAULT_LIMIT, 1), MAX_LIMIT)
+    """Read ``limit`` (default 50, clamped to 200), ``cursor`` and ``offset``.
+
+    ``per_page`` and ``page`` (from 1) are read too, as rate-limiting §10.3 and the admin
+    API name them (the official admin UI sends them to every list): ``limit`` wins over
+    ``per_page``, and ``cursor`` or ``offset`` over ``page``.
+    """
+    per_page = _int_param(params, "per_page", DEFAULT_LIMIT, 1)
+    limit = min(_int_param(params, "limit", per_page, 1), MAX_LIMIT)
     cursor = params.get("cursor")
     if cursor:
         data = decode_cursor(cursor)
@@ -94,6 +105,11 @@ def page(params: Mapping[str, str]) -> Page:
                 "cursor is not a cursor this server issued", details={"field": "cursor"}
             )
         return Page(limit=limit, offset=offset, after=after)
+    if params.get("offset") in (None, "") and params.get("page") not in (None, ""):
+        number = _int_param(params, "page", 1, 1)
+        if (number - 1) * limit > INT64_MAX:
+            raise InvalidRequest("page is beyond the last possible page", details={"field": "page"})
+        return Page(limit=limit, offset=(number - 1) * limit)
     return Page(limit=limit, offset=_int_param(params, "offset", 0, 0))
 
 

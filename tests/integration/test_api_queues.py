@@ -20,7 +20,9 @@ def test_list__includes_default_even_when_empty(api):
     body = api.get("/queues").body
     assert [q["name"] for q in body["queues"]] == ["default"]
     assert body["queues"][0]["status"] == "active" and body["queues"][0]["paused"] is False
-    assert body["pagination"] == {"total": 1, "limit": 50, "offset": 0, "has_more": False}
+    assert body["pagination"] == {
+        "total": 1, "limit": 50, "offset": 0, "has_more": False, "page": 1, "per_page": 50,
+    }  # fmt: skip
 
 
 def test_list__queues_appear_on_first_enqueue_and_show_pause_state(api):

@@ -88,7 +88,29 @@ def test_http_inspection_and_listing():
     assert body["allowed_now"] == 0
     listed = api.get("/rate-limits").body
     assert [i["key"] for i in listed["items"]] == ["stripe"]
+    assert listed["pagination"] == {
+        "total": 1, "limit": 50, "offset": 0, "has_more": False, "page": 1, "per_page": 50,
+    }  # fmt: skip
     assert_ojs_error(api.get("/rate-limits/unknown"), 404, "not_found")
+
+
+def test_http_listing__pages_by_page_and_per_page_as_rate_limiting_10_3_names_them():
+    for key in ("a-key", "b-key", "c-key"):
+        _push(1, {"key": key, "concurrency": 1})
+    api = client("operator")
+    second = api.get("/rate-limits?page=2&per_page=1").body
+    assert len(second["items"]) == 1
+    assert {k: second["pagination"][k] for k in ("total", "page", "per_page")} == {
+        "total": 3, "page": 2, "per_page": 1,
+    }  # fmt: skip
+    keys = [api.get(f"/rate-limits?page={n}&per_page=1").body["items"][0]["key"] for n in (1, 2, 3)]
+    assert sorted(keys) == ["a-key", "b-key", "c-key"]
+    assert api.get("/rate-limits?page=4&per_page=1").body["items"] == []
+    # HB §17's own parameters win: limit over per_page, offset over page.
+    both = api.get("/rate-limits?page=3&per_page=1&offset=0&limit=2").body["pagination"]
+    assert (both["offset"], both["limit"], both["page"], both["per_page"]) == (0, 2, 1, 2)
+    assert_ojs_error(api.get("/rate-limits?page=0"), 400, "invalid_request")
+    assert_ojs_error(api.get("/rate-limits?per_page=x"), 400, "invalid_request")
 
 
 def test_http_enqueue_with_a_bad_policy_is_4xx():
