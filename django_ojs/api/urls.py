@@ -34,6 +34,11 @@ v1: list[URLPattern | URLResolver] = [
     path("dead-letter", views.DeadLetterListView.as_view(), name="dead-letter-list"),
     path("dead-letter/stats", views.DeadLetterStatsView.as_view(), name="dead-letter-stats"),
     path(
+        "dead-letter/retry",
+        views.DeadLetterBulkRetryView.as_view(),
+        name="dead-letter-bulk-retry",
+    ),
+    path(
         "dead-letter/<str:job_id>", views.DeadLetterDetailView.as_view(), name="dead-letter-detail"
     ),
     path(
@@ -80,6 +85,11 @@ admin = [
         "dead-letter/stats",
         admin_views.DeadLetterStatsView.as_view(),
         name="admin-dead-letter-stats",
+    ),
+    path(
+        "dead-letter/retry",
+        admin_views.DeadLetterBulkRetryView.as_view(),
+        name="admin-dead-letter-bulk-retry",
     ),
     path(
         "dead-letter/<str:job_id>",

@@ -7,9 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from django_ojs import apikeys
 from django_ojs.models import Event, Job
 from tests.factories import JobFactory
-from tests.integration.api_support import assert_ojs_error, client
+from tests.integration.api_support import OJSClient, assert_ojs_error, client
 
 pytestmark = pytest.mark.django_db
 
@@ -111,3 +112,48 @@ def test_delete__a_job_not_in_the_dead_letter_queue_is_404(api):
     job = JobFactory()
     assert_ojs_error(api.delete(f"/dead-letter/{job.id}"), 404, "not_found")
     assert Job.objects.filter(pk=job.pk).exists()
+
+
+# ------------------------------------------------------------ bulk retry (DLQ §6.2)
+
+
+@pytest.mark.parametrize("path", ["/dead-letter/retry", "/ojs/v1/admin/dead-letter/retry"])
+def test_bulk_retry__every_matching_dead_letter_job_goes_back(api, path):
+    billing = [discarded(queue="billing", type="invoice.make") for _ in range(3)]
+    other = discarded(queue="billing", type="invoice.send")
+    elsewhere = discarded(queue="email", type="invoice.make")
+    finished = JobFactory(completed=True, queue="billing", type="invoice.make")
+    response = api.post(
+        path, {"filter": {"queue": "billing", "type": "invoice.make"}, "confirm": True}
+    )
+    assert response.status_code == 200, response.body
+    body = response.body
+    assert (body["matched"], body["succeeded"], body["retried"], body["failed"]) == (3, 3, 3, 0)
+    assert {Job.objects.get(pk=j.pk).state for j in billing} == {"available"}
+    assert Job.objects.get(pk=other.pk).state == "discarded"
+    assert Job.objects.get(pk=elsewhere.pk).state == "discarded"
+    assert Job.objects.get(pk=finished.pk).state == "completed"  # not in the dead letter
+    assert Event.objects.filter(type="dead_letter.retried").count() == 3
+
+
+def test_bulk_retry__without_a_filter_retries_all_and_needs_confirm(api):
+    jobs = [discarded(queue=q) for q in ("a", "b", "c")]
+    assert_ojs_error(api.post("/dead-letter/retry", {}), 400, "invalid_request")
+    assert_ojs_error(
+        api.post("/dead-letter/retry", {"confirm": True, "filtr": {}}), 400, "invalid_request"
+    )
+    assert {Job.objects.get(pk=j.pk).state for j in jobs} == {"discarded"}  # nothing yet
+    assert api.post("/dead-letter/retry", {"confirm": True}).body["retried"] == 3
+    assert {Job.objects.get(pk=j.pk).state for j in jobs} == {"available"}
+
+
+def test_bulk_retry__a_key_limited_to_some_queues_retries_only_those():
+    mine, theirs = discarded(queue="billing"), discarded(queue="email")
+    operator = OJSClient(apikeys.create("billing-ops", "operator", queues=["billing"])[1])
+    body = operator.post("/dead-letter/retry", {"confirm": True}).body
+    assert body["retried"] == 1
+    assert Job.objects.get(pk=mine.pk).state == "available"
+    assert Job.objects.get(pk=theirs.pk).state == "discarded"
+    assert_ojs_error(
+        client("producer").post("/dead-letter/retry", {"confirm": True}), 403, "permission_denied"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django_ojs.api.views.base import NotFoundView, OJSView
 from django_ojs.api.views.cron import CronDetailView, CronListView
 from django_ojs.api.views.dead_letter import (
+    DeadLetterBulkRetryView,
     DeadLetterDetailView,
     DeadLetterListView,
     DeadLetterRetryView,
@@ -41,6 +42,7 @@ __all__ = [
     "AckView",
     "CronDetailView",
     "CronListView",
+    "DeadLetterBulkRetryView",
     "DeadLetterDetailView",
     "DeadLetterListView",
     "DeadLetterRetryView",

@@ -23,7 +23,7 @@ from django_ojs import envelope, jobquery, lifecycle, queues, validation
 from django_ojs.api import serializers
 from django_ojs.api.permissions import MANAGE
 from django_ojs.api.views import dead_letter
-from django_ojs.api.views.base import OJSView
+from django_ojs.api.views.base import OJSView, refuse_unknown, require_confirm
 from django_ojs.conf import settings
 from django_ojs.exceptions import (
     InvalidRequest,
@@ -145,22 +145,8 @@ def _detail(job: Job) -> dict[str, Any]:
     return wire
 
 
-def _confirmed(body: dict[str, Any]) -> None:
-    if body.get("confirm") is not True:
-        raise InvalidRequest(
-            'This operation needs "confirm": true (admin API safety interlock).',
-            details={"field": "confirm"},
-        )
-
-
-def _only(body: dict[str, Any], known: set[str]) -> None:
-    """Refuse unknown body fields: a misspelt filter must not widen a destructive action."""
-    unknown = sorted(set(body) - known)
-    if unknown:
-        raise InvalidRequest(
-            f"Unknown field '{unknown[0]}' (known: {', '.join(sorted(known))})",
-            details={"field": unknown[0]},
-        )
+_confirmed = require_confirm
+_only = refuse_unknown
 
 
 def _throughput(queue: str | None = None) -> dict[str, float]:
@@ -568,6 +554,15 @@ class DeadLetterJobView(AdminView):
         self.require_job_queue(request, job_id, MANAGE)
         lifecycle.delete_discarded(job_id, actor=self.actor(request))
         return Response(status=204)  # ext-dead-letter suite; the spec names no status
+
+
+class DeadLetterBulkRetryView(AdminView):
+    """``POST /admin/dead-letter/retry`` ``{filter?, confirm}``: retry every dead-lettered
+    job the filter matches (OpenAPI ``adminBulkRetryDeadLetter``; the official admin UI's
+    "retry all")."""
+
+    def post(self, request: Any) -> Response:
+        return Response(dead_letter.retry_matching(self, request, self.jobs(request)))
 
 
 class DeadLetterRetryView(AdminView):

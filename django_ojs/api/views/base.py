@@ -22,7 +22,7 @@ from django_ojs.actors import Actor
 from django_ojs.api import exceptions, permissions, throttling, wire
 from django_ojs.api.serializers import require_object
 from django_ojs.conf import settings
-from django_ojs.exceptions import NotFound, Unsupported, ValidationError
+from django_ojs.exceptions import InvalidRequest, NotFound, Unsupported, ValidationError
 from django_ojs.models import Job
 
 BODY_METHODS = ("POST", "PUT", "PATCH")
@@ -176,6 +176,25 @@ class OJSView(APIView):
     def location(self, name: str, *args: Any) -> str:
         namespace = getattr(self.request.resolver_match, "namespace", None) or "ojs"
         return _reverse(f"{namespace}:{name}", args)
+
+
+def require_confirm(body: dict[str, Any]) -> None:
+    """400 unless ``body`` says ``"confirm": true`` (the safety interlock of bulk actions)."""
+    if body.get("confirm") is not True:
+        raise InvalidRequest(
+            'This operation needs "confirm": true (admin API safety interlock).',
+            details={"field": "confirm"},
+        )
+
+
+def refuse_unknown(body: dict[str, Any], known: set[str]) -> None:
+    """Refuse unknown body fields: a misspelt filter must not widen a destructive action."""
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise InvalidRequest(
+            f"Unknown field '{unknown[0]}' (known: {', '.join(sorted(known))})",
+            details={"field": unknown[0]},
+        )
 
 
 class NotFoundView(OJSView):

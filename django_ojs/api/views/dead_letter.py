@@ -9,13 +9,13 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, Max, Min, QuerySet
 from rest_framework.response import Response
 
-from django_ojs import envelope, lifecycle, retry, validation
+from django_ojs import envelope, jobquery, lifecycle, retry, validation
 from django_ojs.api import pagination, serializers
 from django_ojs.api.permissions import CANCEL, INSPECT, MANAGE
-from django_ojs.api.views.base import OJSView
+from django_ojs.api.views.base import OJSView, refuse_unknown, require_confirm
 from django_ojs.conf import settings
-from django_ojs.exceptions import InvalidTransition, JobNotFound
-from django_ojs.models import Job
+from django_ojs.exceptions import InvalidRequest, InvalidTransition, JobNotFound
+from django_ojs.models import Job, JobQuerySet
 
 
 class DeadLetterListView(OJSView):
@@ -96,6 +96,40 @@ class DeadLetterStatsView(OJSView):
         if (allowed := self.queue_filter(request)) is not None:
             jobs = jobs.filter(allowed)
         return Response(stats(jobs))
+
+
+def retry_matching(view: OJSView, request: Any, jobs: JobQuerySet) -> dict[str, Any]:
+    """Retry every dead-lettered job of ``jobs`` the body's ``filter`` matches (DLQ §6.2).
+
+    The body is ``{"filter": {queue?, type?, since?, until?, error_type?, ...}, "confirm":
+    true}`` (an absent or empty filter: every dead-lettered job the caller may see). Each
+    job goes back as :func:`lifecycle.retry_discarded` sends one, 200 at a time. The answer
+    is the bulk result ``{action, matched, succeeded, failed, errors}`` plus ``retried``
+    (OpenAPI's name for ``succeeded``).
+    """
+    body = view.body(request)
+    require_confirm(body)
+    refuse_unknown(body, {"confirm", "filter"})
+    raw = body.get("filter") or {}
+    if not isinstance(raw, dict):
+        raise InvalidRequest("filter must be an object", details={"field": "filter"})
+    matching = jobquery.JobFilter.parse(raw).apply(jobs.dead_letter())
+    out = lifecycle.bulk("retry", matching, actor=view.actor(request))
+    return {**out, "retried": out["succeeded"]}
+
+
+class DeadLetterBulkRetryView(OJSView):
+    """``POST /ojs/v1/dead-letter/retry`` ``{filter?, confirm}`` (DLQ §6.2): bulk retry."""
+
+    operation = CANCEL  # like retrying one: operators and admins
+    body_required = True
+
+    def post(self, request: Any) -> Response:
+        jobs = Job.objects.using(settings.DATABASE).all()
+        allowed = self.queue_filter(request)
+        if allowed is not None:
+            jobs = jobs.filter(allowed)
+        return Response(retry_matching(self, request, jobs))
 
 
 class DeadLetterRetryView(OJSView):
