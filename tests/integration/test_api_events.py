@@ -83,6 +83,23 @@ def test_events__keyset_pages_see_every_event_once_even_when_new_ones_arrive(api
     assert len(seen) == len(set(seen)) == 12
 
 
+def test_events__answer_the_events_spec_and_admin_list_shapes(api):
+    run_one(api)
+    run_one(api)  # 6 events
+    first = api.get("/events?limit=4").body
+    assert first["items"] == first["events"] and len(first["events"]) == 4
+    assert first["has_more"] is True and first["cursor"] == first["events"][-1]["id"]
+    # Events §6.4: the cursor goes back as after=, and the rest follows, once each.
+    rest = api.get(f"/events?limit=4&after={first['cursor']}").body
+    assert len(rest["events"]) == 2 and rest["has_more"] is False
+    ids = [e["id"] for e in first["events"] + rest["events"]]
+    assert len(set(ids)) == 6
+    assert rest["cursor"] == rest["events"][-1]["id"]
+    empty = api.get(f"/events?after={rest['cursor']}").body
+    assert empty["events"] == [] and empty["cursor"] == rest["cursor"]
+    assert empty["has_more"] is False
+
+
 def test_events__every_event_id_starts_with_its_time(api):
     """Ids are found through the time index (EventQuerySet.with_id): whichever path
     made an event (SQL of a push, claim or ACK, or Python), its id's millisecond is its

@@ -2,7 +2,9 @@
 
 Filters: ``types``, ``queues``, ``job_types`` (comma-separated or repeated), ``job_id``,
 ``since`` (RFC 3339) and ``after`` (an event id). Pages are keyset-based, so a poller that
-follows ``next_cursor`` sees every event exactly once.
+follows ``next_cursor`` (or passes ``cursor`` back as ``after``) sees every event exactly
+once. The answer carries events §6.4's ``{events, cursor, has_more}``, the binding's
+``pagination`` and, as ``items``, the admin API's list shape.
 """
 
 from __future__ import annotations
@@ -74,9 +76,15 @@ class EventListView(OJSView):
         seen = offset + len(chunk)
         next_position = {"s": chunk[-1].seq, "o": seen} if chunk and seen < total else None
         page.offset = offset
+        rendered = [serializers.event(e) for e in chunk]
         return Response(
             {
-                "events": [serializers.event(e) for e in chunk],
+                "events": rendered,
+                # Events §6.4: the last event's id (for ``after=``) and whether more follow.
+                "cursor": rendered[-1]["id"] if rendered else params.get("after"),
+                "has_more": next_position is not None,
+                # The admin API's list shape (the official admin UI reads ``items``).
+                "items": rendered,
                 "pagination": page.wrap(total, len(chunk), next_position),
             }
         )
