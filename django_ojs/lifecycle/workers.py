@@ -175,63 +175,73 @@ def beat(
     ):
         if value is not None:
             info[name] = value
+    extended: list[str] = []
+    cancelled: list[str] = []
+    if not ids:
+        # Nothing to extend: the worker's row alone, in two statements of their own (a
+        # transaction, a savepoint and a locking read around them were four more).
+        directive = _record_beat(worker_id, info, using)
+        return Heartbeat(
+            worker_id=worker_id,
+            state=directive or "running",
+            directive=directive,
+            jobs_extended=extended,
+            cancelled_jobs=cancelled,
+            server_time=now,
+        )
     with transaction.atomic(using=using):
-        worker, _ = Worker.objects.using(using).update_or_create(id=worker_id, defaults=info)
-        extended: list[str] = []
-        cancelled: list[str] = []
-        if ids:
-            # The reported jobs are read and locked by primary key alone, in id order
-            # (a batch ACK walks the same index); state and reservation are checked here. With
-            # those conditions in SQL, a table without column statistics was read
-            # through the index of active jobs, which keeps an entry for every job
-            # claimed since the last vacuum: seconds per beat in a long drain.
-            held = get_driver(using).lock_rows(
-                Job.objects.using(using)
-                .filter(id__in=ids)
-                .order_by("id")
-                .only("id", "type", "queue", "state", "meta", "attempt", "worker_id",
-                      "visibility_timeout_ms", "heartbeat_timeout_ms", "timeout_ms",
-                      "grace_period_ms"),  # what effective reads
-                limit=len(ids),
-                skip_locked=False,
-            )  # fmt: skip
-            owned = [
-                job
-                for job in held
-                if job.state == JobState.ACTIVE and job.worker_id in (worker_id, None)
-            ]
-            cancelled = [str(job.id) for job in held if job.state == JobState.CANCELLED]
-            groups: dict[tuple[int, int], list[Job]] = defaultdict(list)
-            defaults = configured()
-            for job in owned:
-                d = effective(job, visibility_ms=requested, defaults=defaults)
-                groups[(d.visibility_ms, d.heartbeat_timeout_ms)].append(job)
-            for (vis, hb), jobs in groups.items():
-                Job.objects.using(using).filter(id__in=[j.id for j in jobs]).update(
-                    visible_until=now + ms_delta(vis),
-                    stalled_at=now + ms_delta(hb),
-                    heartbeat_at=now,
-                )
-                for job in jobs:
-                    job.visible_until = now + ms_delta(vis)
-            extended = [str(job.id) for job in owned]
-            events.emit_many(
-                [
-                    (
-                        "job.heartbeat",
-                        job,
-                        {
-                            "worker_id": worker_id,
-                            "attempt": job.attempt,
-                            "visible_until": job.visible_until,
-                        },
-                    )
-                    for job in owned
-                ],
-                using,
-                now,
+        directive = _record_beat(worker_id, info, using)
+        # The reported jobs are read and locked by primary key alone, in id order
+        # (a batch ACK walks the same index); state and reservation are checked here. With
+        # those conditions in SQL, a table without column statistics was read
+        # through the index of active jobs, which keeps an entry for every job
+        # claimed since the last vacuum: seconds per beat in a long drain.
+        held = get_driver(using).lock_rows(
+            Job.objects.using(using)
+            .filter(id__in=ids)
+            .order_by("id")
+            .only("id", "type", "queue", "state", "meta", "attempt", "worker_id",
+                  "visibility_timeout_ms", "heartbeat_timeout_ms", "timeout_ms",
+                  "grace_period_ms"),  # what effective reads
+            limit=len(ids),
+            skip_locked=False,
+        )  # fmt: skip
+        owned = [
+            job
+            for job in held
+            if job.state == JobState.ACTIVE and job.worker_id in (worker_id, None)
+        ]
+        cancelled = [str(job.id) for job in held if job.state == JobState.CANCELLED]
+        groups: dict[tuple[int, int], list[Job]] = defaultdict(list)
+        defaults = configured()
+        for job in owned:
+            d = effective(job, visibility_ms=requested, defaults=defaults)
+            groups[(d.visibility_ms, d.heartbeat_timeout_ms)].append(job)
+        for (vis, hb), jobs in groups.items():
+            Job.objects.using(using).filter(id__in=[j.id for j in jobs]).update(
+                visible_until=now + ms_delta(vis),
+                stalled_at=now + ms_delta(hb),
+                heartbeat_at=now,
             )
-    directive = worker.directive or ""
+            for job in jobs:
+                job.visible_until = now + ms_delta(vis)
+        extended = [str(job.id) for job in owned]
+        events.emit_many(
+            [
+                (
+                    "job.heartbeat",
+                    job,
+                    {
+                        "worker_id": worker_id,
+                        "attempt": job.attempt,
+                        "visible_until": job.visible_until,
+                    },
+                )
+                for job in owned
+            ],
+            using,
+            now,
+        )
     return Heartbeat(
         worker_id=worker_id,
         state=directive or "running",
@@ -240,6 +250,24 @@ def beat(
         cancelled_jobs=cancelled,
         server_time=now,
     )
+
+
+def _record_beat(worker_id: str, info: dict[str, Any], using: str) -> str:
+    """Write a beat's fields on the worker's row (creating it on first contact, as
+    ``update_or_create`` did, without its savepoint and locking read); return the
+    directive waiting for it (``""``: none)."""
+    workers = Worker.objects.using(using)
+    if not workers.filter(id=worker_id).update(**info):
+        # First contact, or a row removed meanwhile: insert it, or update it if another
+        # beat of the same worker inserted it first.
+        workers.bulk_create(
+            [Worker(id=worker_id, **info)],
+            update_conflicts=True,
+            unique_fields=["id"],
+            update_fields=list(info),
+        )
+    directive = workers.filter(id=worker_id).values_list("directive", flat=True).first()
+    return directive or ""
 
 
 def _job_ids(values: Sequence[Any] | None) -> list[Any]:

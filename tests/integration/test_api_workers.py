@@ -323,6 +323,30 @@ def test_heartbeat__creates_an_unknown_worker(api):
     assert Worker.objects.filter(id="never-seen").exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_heartbeat__without_jobs_writes_the_row_in_two_statements_and_keeps_its_fields():
+    """A beat with nothing to extend is the worker's row alone: an UPDATE and the read of
+    its directive, with no transaction around them; the first creates the row."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    lifecycle.beat("lean", hostname="host-a", pid=7, queues=["email"], concurrency=4)
+    first = Worker.objects.get(id="lean")
+    assert (first.hostname, first.pid, first.queues, first.concurrency) == (
+        "host-a", 7, ["email"], 4,
+    )  # fmt: skip
+    lifecycle.set_directive("lean", "quiet")
+    with CaptureQueriesContext(connection) as captured:
+        reply = lifecycle.beat("lean", state="quiet")
+    statements = [q["sql"] for q in captured.captured_queries]
+    assert len(statements) == 2, statements
+    assert reply.directive == "quiet"
+    again = Worker.objects.get(id="lean")
+    assert again.state == "quiet" and again.hostname == "host-a"  # fields not sent are kept
+    assert again.last_heartbeat_at > first.last_heartbeat_at
+    assert again.started_at == first.started_at
+
+
 def test_heartbeat__does_not_extend_another_workers_job(api):
     job = JobFactory(active=True, worker_id="owner")
     body = api.post("/workers/heartbeat", {"worker_id": "other", "active_jobs": [str(job.id)]}).body
