@@ -103,6 +103,15 @@ class PermissionDenied(OJSError):
     http_status = 403
 
 
+class QueueNotAllowed(PermissionDenied):
+    """The job is in a queue the caller may not use (``queue``: which one). The HTTP view
+    answers it with the caller's own 403 (its name, operation and allowed queues)."""
+
+    def __init__(self, queue: str):
+        super().__init__(f"The job is in queue '{queue}', which these credentials may not use.")
+        self.queue = queue
+
+
 class NotFound(OJSError):
     """The resource does not exist."""
 

@@ -323,6 +323,14 @@ def name_allowed(name: str, patterns: Sequence[str]) -> bool:
 type_allowed = name_allowed
 
 
+def split_patterns(patterns: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``patterns`` as :func:`name_allowed` reads them: the exact names, and the prefixes of
+    the ``prefix*`` ones (``""`` for ``*``), for a database query to match the same names."""
+    names = [p for p in patterns if not p.endswith("*")]
+    prefixes = [p[:-1] for p in patterns if p.endswith("*")]
+    return names, prefixes
+
+
 def validate_allowed_type(job_type: str, patterns: Sequence[str] | None) -> str:
     """``job_type`` if the allowlist (``OJS_ALLOWED_JOB_TYPES``; ``None``: off) has it.
 

@@ -380,8 +380,12 @@ class Driver(ABC):
         source: str,
         fields: Sequence[str] | None,
         without_workflow: bool = False,
+        queues: Sequence[str] | None = None,
     ) -> Written:
         """ACK: complete each item whose job is still ``active`` (one statement if possible).
+
+        With ``queues`` (names, or ``prefix*`` patterns), only jobs of those queues
+        qualify: the queue allowlist of the caller's API key, checked in the same statement.
 
         With ``without_workflow``, only jobs outside any workflow qualify: the lifecycle
         completes workflow members in a transaction that also moves their workflow.

@@ -27,6 +27,7 @@ from django_ojs.drivers.base import (
 from django_ojs.models import Event, Job, Queue, Worker
 from django_ojs.policy import elapsed_ms
 from django_ojs.states import RELEASED_FIELDS, TERMINAL_STATES, JobState
+from django_ojs.validation import split_patterns
 
 RELEASED: dict[str, Any] = dict.fromkeys(RELEASED_FIELDS)
 
@@ -121,12 +122,19 @@ class OrmDriver(Driver):
         source: str,
         fields: Sequence[str] | None,
         without_workflow: bool = False,
+        queues: Sequence[str] | None = None,
     ) -> Written:
         wanted = {item.job_id: item for item in items}
         jobs = Job.objects.using(self.using)
         guard = Q(state="active")
         if without_workflow:
             guard &= Q(workflow__isnull=True)
+        if queues is not None:
+            names, prefixes = split_patterns(queues)
+            allowed = Q(queue__in=names)
+            for prefix in prefixes:
+                allowed |= Q(queue__startswith=prefix)
+            guard &= allowed
         if worker_id is not None:
             guard &= Q(worker_id=worker_id) | Q(worker_id__isnull=True)
         with transaction.atomic(using=self.using):

@@ -44,6 +44,7 @@ from django_ojs.drivers.orm import OrmDriver
 from django_ojs.models import Job, Worker, loaded_jobs
 from django_ojs.policy import Durations
 from django_ojs.states import TERMINAL_STATES
+from django_ojs.validation import split_patterns
 
 logger = logging.getLogger("django_ojs.worker")
 #: SQLSTATE of a lock not had within lock_timeout.
@@ -222,13 +223,20 @@ CLAIM_EVENTS_OF_WORKER = _event_select(
 # 0.2 of 0.48 ms); with a scalar id the one generic plan is made once per connection.
 COMPLETE_MANY = "j.id = ANY(%(ids)b::uuid[])"
 COMPLETE_ONE = "j.id = %(id)s"
+# A caller whose API key may use some queues only completes jobs of those (the key's
+# names and ``prefix*`` patterns): in the statement, not by a read of the job's queue
+# before it (one round trip less for every ACK of such a worker).
+COMPLETE_QUEUE_GATE = """
+      AND (j.queue = ANY(%(queue_names)s::text[])
+           OR EXISTS (SELECT 1 FROM unnest(%(queue_prefixes)s::text[]) AS qp(prefix)
+                      WHERE starts_with(j.queue, qp.prefix)))"""
 COMPLETE_SQL = """
 WITH done AS (
     UPDATE ojs_job AS j SET
         state = 'completed', completed_at = %(now)s, result = p.outcomes -> j.id::text -> 'r',
         error = NULL, visible_until = NULL, timeout_at = NULL, stalled_at = NULL
     FROM (SELECT %(outcomes)s::jsonb AS outcomes) AS p
-    WHERE {which} AND j.state IS NOT DISTINCT FROM 'active'
+    WHERE {which} AND j.state IS NOT DISTINCT FROM 'active'{queue_gate}
       AND (p.outcomes -> j.id::text -> 'a' IS NULL
            OR j.attempt = (p.outcomes -> j.id::text -> 'a')::int)
       AND (%(worker_id)s::text IS NULL OR j.worker_id IS NULL OR j.worker_id = %(worker_id)s)
@@ -607,12 +615,15 @@ def _claim_shape(
 
 
 @functools.lru_cache(maxsize=64)
-def _complete_shape(fields: tuple[str, ...] | None, events: EventMode, one: bool) -> _Shape:
+def _complete_shape(
+    fields: tuple[str, ...] | None, events: EventMode, one: bool, gated: bool = False
+) -> _Shape:
     model_fields = _model_fields(fields)
     return _shape(
         COMPLETE_SQL, _events_cte("ev", COMPLETE_EVENTS, events), model_fields, events,
         returning=_returning(model_fields, _COMPLETE_EVENT_COLUMNS),
         which=COMPLETE_ONE if one else COMPLETE_MANY,
+        queue_gate=COMPLETE_QUEUE_GATE if gated else "",
     )  # fmt: skip
 
 
@@ -872,6 +883,7 @@ class PostgreSQLDriver(OrmDriver):
         source: str,
         fields: Sequence[str] | None,
         without_workflow: bool = False,
+        queues: Sequence[str] | None = None,
     ) -> Written:
         params = {
             "without_workflow": without_workflow,
@@ -885,7 +897,11 @@ class PostgreSQLDriver(OrmDriver):
             params["id"] = items[0].job_id
         else:
             params["ids"] = [item.job_id for item in items]
-        shape = _complete_shape(None if fields is None else tuple(fields), events, one)
+        if queues is not None:
+            params["queue_names"], params["queue_prefixes"] = split_patterns(queues)
+        shape = _complete_shape(
+            None if fields is None else tuple(fields), events, one, queues is not None
+        )
         return self._load(shape, params, events)
 
     def _load(self, shape: _Shape, params: dict[str, Any], events: EventMode) -> Written:

@@ -18,7 +18,7 @@ from django_ojs import failure, retry, states, validation
 from django_ojs.actors import Actor
 from django_ojs.conf import settings
 from django_ojs.drivers import Completion, get_driver
-from django_ojs.exceptions import InvalidTransition, JobNotFound, ValidationError
+from django_ojs.exceptions import InvalidTransition, JobNotFound, QueueNotAllowed, ValidationError
 from django_ojs.lifecycle import audit, events, workflows
 from django_ojs.lifecycle.store import (
     RELEASE,
@@ -43,13 +43,15 @@ def ack(
     worker_id: str | None = None,
     using: str | None = None,
     fields: Sequence[str] | None = None,
+    queues: Sequence[str] | None = None,
 ) -> Job:
     """Complete an active job, storing ``result`` (any JSON value).
 
     Raises :class:`InvalidTransition` unless the job is ``active``, and
     :class:`ReservationMismatch` when ``worker_id`` is not the reservation holder.
     ``fields`` names the columns the returned job carries (``id`` always; the others are
-    loaded on access); ``None``: all of them.
+    loaded on access); ``None``: all of them. ``queues`` (names or ``prefix*``): the job
+    must be in one of them, else :class:`QueueNotAllowed`, whatever its state.
     """
     using = db(using)
     worker_id = validate_worker_id(worker_id)
@@ -59,11 +61,15 @@ def ack(
     # path below says precisely why (not found, not active, another worker's job).
     # A workflow member does not qualify there: it completes below, in the transaction
     # that also moves its workflow (counters, next chain step, callbacks).
-    done = _complete(job_id, result, worker_id, using, now, without_workflow=True, fields=fields)
+    done = _complete(
+        job_id, result, worker_id, using, now, without_workflow=True, fields=fields, queues=queues
+    )
     if done is not None:
         return done
     with transaction.atomic(using=using):
         job = locked(job_id, using)
+        if queues is not None and not validation.name_allowed(job.queue, queues):
+            raise QueueNotAllowed(job.queue)
         require(job, "ack")
         require_holder(job, worker_id)
         done = _complete(job.id, result, worker_id, using, now, without_workflow=False)
@@ -82,6 +88,7 @@ def _complete(
     *,
     without_workflow: bool,
     fields: Sequence[str] | None = None,
+    queues: Sequence[str] | None = None,
 ) -> Job | None:
     written = get_driver(using).complete_many(
         [Completion(parse_id(job_id), None, result)],
@@ -91,6 +98,7 @@ def _complete(
         source=settings.EVENT_SOURCE,
         fields=fields,
         without_workflow=without_workflow,
+        queues=queues,
     )
     events.signal(written.events, using)
     return written.jobs[0] if written.jobs else None

@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import override_settings
 from django.utils import timezone
+from uuid6 import uuid7
 
 from django_ojs import apikeys
 from django_ojs.models import ApiKey, Job
@@ -157,6 +158,39 @@ def test_queue_allowlist__fetch_ack_nack_progress_only_on_allowed_queues():
     )
     other.refresh_from_db()
     assert other.state == "active"
+
+
+def test_queue_allowlist__ack_checks_the_queue_in_its_own_statement():
+    """A queue-limited worker's ACK is one statement, like any other ACK; a job outside
+    its queues is refused with its 403, whatever the job's state, and stays as it was."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    mine = JobFactory(queue="mail.eu", active=True, worker_id="w1")
+    exact = JobFactory(queue="orders", active=True, worker_id="w1")
+    lookalike = JobFactory(queue="mailx.eu", active=True, worker_id="w1")  # not "mail." + …
+    finished = JobFactory(queue="billing", state="completed")
+    api = limited("worker", "orders", "mail.*")
+    api.post("/workers/fetch", {"queues": ["orders"], "worker_id": "w1"})  # key verified
+    with CaptureQueriesContext(connection) as captured:
+        response = api.post("/workers/ack", {"job_id": str(mine.id), "worker_id": "w1"})
+    assert response.status_code == 200, response.body
+    statements = [q["sql"] for q in captured.captured_queries]
+    if connection.vendor == "postgresql":  # SQLite's ACK is several statements anyway
+        assert len(statements) == 1, statements
+    assert not any(s.startswith('SELECT "ojs_job"."queue"') for s in statements), statements
+    assert api.post("/workers/ack", {"job_id": str(exact.id)}).status_code == 200
+    assert_queue_denied(
+        api.post("/workers/ack", {"job_id": str(lookalike.id)}), "mailx.eu", "dequeue"
+    )
+    assert_queue_denied(
+        api.post("/workers/ack", {"job_id": str(finished.id)}), "billing", "dequeue"
+    )
+    lookalike.refresh_from_db()
+    assert lookalike.state == "active"
+    assert {Job.objects.get(pk=j.pk).state for j in (mine, exact)} == {"completed"}
+    # Unknown jobs are still 404, as for any key.
+    assert_ojs_error(api.post("/workers/ack", {"job_id": str(uuid7())}), 404, "not_found")
 
 
 def test_queue_allowlist__inspect_cancel_and_lists_are_limited():
