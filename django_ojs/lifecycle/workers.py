@@ -175,73 +175,16 @@ def beat(
     ):
         if value is not None:
             info[name] = value
-    extended: list[str] = []
-    cancelled: list[str] = []
     if not ids:
         # Nothing to extend: the worker's row alone, in two statements of their own (a
         # transaction, a savepoint and a locking read around them were four more).
         directive = _record_beat(worker_id, info, using)
-        return Heartbeat(
-            worker_id=worker_id,
-            state=directive or "running",
-            directive=directive,
-            jobs_extended=extended,
-            cancelled_jobs=cancelled,
-            server_time=now,
-        )
-    with transaction.atomic(using=using):
-        directive = _record_beat(worker_id, info, using)
-        # The reported jobs are read and locked by primary key alone, in id order
-        # (a batch ACK walks the same index); state and reservation are checked here. With
-        # those conditions in SQL, a table without column statistics was read
-        # through the index of active jobs, which keeps an entry for every job
-        # claimed since the last vacuum: seconds per beat in a long drain.
-        held = get_driver(using).lock_rows(
-            Job.objects.using(using)
-            .filter(id__in=ids)
-            .order_by("id")
-            .only("id", "type", "queue", "state", "meta", "attempt", "worker_id",
-                  "visibility_timeout_ms", "heartbeat_timeout_ms", "timeout_ms",
-                  "grace_period_ms"),  # what effective reads
-            limit=len(ids),
-            skip_locked=False,
-        )  # fmt: skip
-        owned = [
-            job
-            for job in held
-            if job.state == JobState.ACTIVE and job.worker_id in (worker_id, None)
-        ]
-        cancelled = [str(job.id) for job in held if job.state == JobState.CANCELLED]
-        groups: dict[tuple[int, int], list[Job]] = defaultdict(list)
-        defaults = configured()
-        for job in owned:
-            d = effective(job, visibility_ms=requested, defaults=defaults)
-            groups[(d.visibility_ms, d.heartbeat_timeout_ms)].append(job)
-        for (vis, hb), jobs in groups.items():
-            Job.objects.using(using).filter(id__in=[j.id for j in jobs]).update(
-                visible_until=now + ms_delta(vis),
-                stalled_at=now + ms_delta(hb),
-                heartbeat_at=now,
-            )
-            for job in jobs:
-                job.visible_until = now + ms_delta(vis)
-        extended = [str(job.id) for job in owned]
-        events.emit_many(
-            [
-                (
-                    "job.heartbeat",
-                    job,
-                    {
-                        "worker_id": worker_id,
-                        "attempt": job.attempt,
-                        "visible_until": job.visible_until,
-                    },
-                )
-                for job in owned
-            ],
-            using,
-            now,
-        )
+        extended: list[str] = []
+        cancelled: list[str] = []
+    else:
+        with transaction.atomic(using=using):
+            directive = _record_beat(worker_id, info, using)
+            extended, cancelled = _extend(worker_id, ids, requested, now, using)
     return Heartbeat(
         worker_id=worker_id,
         state=directive or "running",
@@ -250,6 +193,63 @@ def beat(
         cancelled_jobs=cancelled,
         server_time=now,
     )
+
+
+def _extend(
+    worker_id: str, ids: list[Any], requested: int | None, now: datetime, using: str
+) -> tuple[list[str], list[str]]:
+    """Extend the reservations of the reported jobs ``worker_id`` holds (in the caller's
+    transaction); return the ids extended and those cancelled meanwhile."""
+    # The reported jobs are read and locked by primary key alone, in id order
+    # (a batch ACK walks the same index); state and reservation are checked here. With
+    # those conditions in SQL, a table without column statistics was read
+    # through the index of active jobs, which keeps an entry for every job
+    # claimed since the last vacuum: seconds per beat in a long drain.
+    held = get_driver(using).lock_rows(
+        Job.objects.using(using)
+        .filter(id__in=ids)
+        .order_by("id")
+        .only("id", "type", "queue", "state", "meta", "attempt", "worker_id",
+              "visibility_timeout_ms", "heartbeat_timeout_ms", "timeout_ms",
+              "grace_period_ms"),  # what effective reads
+        limit=len(ids),
+        skip_locked=False,
+    )  # fmt: skip
+    owned = [
+        job for job in held if job.state == JobState.ACTIVE and job.worker_id in (worker_id, None)
+    ]
+    cancelled = [str(job.id) for job in held if job.state == JobState.CANCELLED]
+    groups: dict[tuple[int, int], list[Job]] = defaultdict(list)
+    defaults = configured()
+    for job in owned:
+        d = effective(job, visibility_ms=requested, defaults=defaults)
+        groups[(d.visibility_ms, d.heartbeat_timeout_ms)].append(job)
+    for (vis, hb), jobs in groups.items():
+        Job.objects.using(using).filter(id__in=[j.id for j in jobs]).update(
+            visible_until=now + ms_delta(vis),
+            stalled_at=now + ms_delta(hb),
+            heartbeat_at=now,
+        )
+        for job in jobs:
+            job.visible_until = now + ms_delta(vis)
+    extended = [str(job.id) for job in owned]
+    events.emit_many(
+        [
+            (
+                "job.heartbeat",
+                job,
+                {
+                    "worker_id": worker_id,
+                    "attempt": job.attempt,
+                    "visible_until": job.visible_until,
+                },
+            )
+            for job in owned
+        ],
+        using,
+        now,
+    )
+    return extended, cancelled
 
 
 def _record_beat(worker_id: str, info: dict[str, Any], using: str) -> str:

@@ -23,7 +23,7 @@ from django_ojs import envelope, jobquery, lifecycle, queues, validation
 from django_ojs.api import serializers
 from django_ojs.api.permissions import MANAGE
 from django_ojs.api.views import dead_letter
-from django_ojs.api.views.base import OJSView, refuse_unknown, require_confirm
+from django_ojs.api.views.base import OJSView, bulk_filter, refuse_unknown, require_confirm
 from django_ojs.conf import settings
 from django_ojs.exceptions import (
     InvalidRequest,
@@ -412,13 +412,7 @@ class JobsBulkView(AdminView):
     def post(self, request: Any, action: str) -> Response:
         if action not in lifecycle.BULK_ACTIONS:
             raise NotFound(f"Unknown bulk action '{action}'.")
-        body = self.body(request)
-        _confirmed(body)
-        _only(body, {"confirm", "filter"})
-        raw = body.get("filter") or {}
-        if not isinstance(raw, dict):
-            raise InvalidRequest("filter must be an object", details={"field": "filter"})
-        query = jobquery.JobFilter.parse(raw)
+        query = bulk_filter(self.body(request))
         if query.empty and action == "delete":
             raise InvalidRequest(
                 "A bulk delete needs a filter (an empty one would match every job).",

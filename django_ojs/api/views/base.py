@@ -17,7 +17,7 @@ from django.urls import NoReverseMatch, get_resolver, get_script_prefix, get_url
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from django_ojs import tracing
+from django_ojs import jobquery, tracing
 from django_ojs.actors import Actor
 from django_ojs.api import exceptions, permissions, throttling, wire
 from django_ojs.api.serializers import require_object
@@ -195,6 +195,17 @@ def refuse_unknown(body: dict[str, Any], known: set[str]) -> None:
             f"Unknown field '{unknown[0]}' (known: {', '.join(sorted(known))})",
             details={"field": unknown[0]},
         )
+
+
+def bulk_filter(body: dict[str, Any]) -> jobquery.JobFilter:
+    """The job filter of a bulk action's body ``{"filter": {...}, "confirm": true}``: the
+    confirmation required, no other field, the filter an object (absent: every job)."""
+    require_confirm(body)
+    refuse_unknown(body, {"confirm", "filter"})
+    raw = body.get("filter") or {}
+    if not isinstance(raw, dict):
+        raise InvalidRequest("filter must be an object", details={"field": "filter"})
+    return jobquery.JobFilter.parse(raw)
 
 
 class NotFoundView(OJSView):

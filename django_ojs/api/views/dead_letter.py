@@ -9,12 +9,12 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, Max, Min, QuerySet
 from rest_framework.response import Response
 
-from django_ojs import envelope, jobquery, lifecycle, retry, validation
+from django_ojs import envelope, lifecycle, retry, validation
 from django_ojs.api import pagination, serializers
 from django_ojs.api.permissions import CANCEL, INSPECT, MANAGE
-from django_ojs.api.views.base import OJSView, refuse_unknown, require_confirm
+from django_ojs.api.views.base import OJSView, bulk_filter
 from django_ojs.conf import settings
-from django_ojs.exceptions import InvalidRequest, InvalidTransition, JobNotFound
+from django_ojs.exceptions import InvalidTransition, JobNotFound
 from django_ojs.models import Job, JobQuerySet
 
 
@@ -107,13 +107,7 @@ def retry_matching(view: OJSView, request: Any, jobs: JobQuerySet) -> dict[str, 
     is the bulk result ``{action, matched, succeeded, failed, errors}`` plus ``retried``
     (OpenAPI's name for ``succeeded``).
     """
-    body = view.body(request)
-    require_confirm(body)
-    refuse_unknown(body, {"confirm", "filter"})
-    raw = body.get("filter") or {}
-    if not isinstance(raw, dict):
-        raise InvalidRequest("filter must be an object", details={"field": "filter"})
-    matching = jobquery.JobFilter.parse(raw).apply(jobs.dead_letter())
+    matching = bulk_filter(view.body(request)).apply(jobs.dead_letter())
     out = lifecycle.bulk("retry", matching, actor=view.actor(request))
     return {**out, "retried": out["succeeded"]}
 
