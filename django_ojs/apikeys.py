@@ -214,8 +214,8 @@ def authenticate(raw: str, *, using: str | None = None) -> ApiKey | None:
     """The active key ``raw`` belongs to, or ``None`` (unknown, wrong secret or revoked).
 
     A key verified in the last ``OJS_API_KEY_CACHE_SECONDS`` is trusted without reading its
-    row: a worker polling with one key would otherwise pay a statement per request (a
-    third of an ACK's time in gunicorn). So a key revoked, or given a narrower scope or
+    row: a worker polling with one key would otherwise pay a statement per request (one
+    of an ACK's two). So a key revoked, or given a narrower scope or
     fewer queues, by another process keeps its old rights for at most that long; in the
     process that changes it (``revoke``, ``update``, the admin, ``manage.py ojs_apikey``)
     the change holds at once. ``0`` reads the row on every request.

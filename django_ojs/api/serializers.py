@@ -221,8 +221,8 @@ def ack_result(settled: Job) -> dict[str, Any]:
     """HB §10.2 ``{acknowledged, job_id, state, completed_at}`` plus ``id`` (conformance).
 
     No ``job``: OpenAPI's ``AckResponse.job`` is optional, and HB §10.2 has none. A
-    worker sends an ACK per job, so loading and rendering the whole job for an answer
-    the worker does not read was a sixth of an ACK's time (``GET /jobs/{id}`` has it).
+    worker sends an ACK per job, and loading its 45 columns and rendering the envelope
+    served an answer no worker reads (``GET /jobs/{id}`` has the whole job).
     """
     return {
         "acknowledged": True,

@@ -190,8 +190,9 @@ class Fetch:
 
 
 #: An HTTP worker's fetches record its sign of life (its row's ``last_heartbeat_at``; the
-#: first creates the row) at most this often per web process: a worker fetching in a loop wrote its row
-#: on every request, for a heartbeat that is stale only after ``OJS_WORKER_STALE_AFTER``.
+#: first creates the row) at most this often per web process: a worker fetching in a loop
+#: wrote its row on every request, for a heartbeat that is stale only after
+#: ``OJS_WORKER_STALE_AFTER``.
 TOUCH_EVERY = 1.0
 #: When each (database, worker) was last recorded here, on ``_clock``.
 _touched: dict[tuple[str, str], float] = {}

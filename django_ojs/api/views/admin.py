@@ -145,10 +145,6 @@ def _detail(job: Job) -> dict[str, Any]:
     return wire
 
 
-_confirmed = require_confirm
-_only = refuse_unknown
-
-
 def _throughput(queue: str | None = None) -> dict[str, float]:
     since = timezone.now() - timedelta(minutes=5)
     events = Event.objects.using(settings.DATABASE).filter(
@@ -322,8 +318,8 @@ class QueueJobsView(AdminView):
         name = validation.validate_queue(name)
         self.require_queue(request, name, MANAGE)
         body = self.body(request)
-        _confirmed(body)
-        _only(body, {"confirm", "states", "older_than"})
+        require_confirm(body)
+        refuse_unknown(body, {"confirm", "states", "older_than"})
         wanted = body.get("states")
         if not isinstance(wanted, list) or not wanted:
             raise InvalidRequest("states must be a non-empty array", details={"field": "states"})
@@ -520,8 +516,8 @@ class DeadLetterView(AdminView):
 
     def delete(self, request: Any) -> Response:
         body = self.body(request)
-        _confirmed(body)
-        _only(body, {"confirm", "queue", "type", "older_than"})
+        require_confirm(body)
+        refuse_unknown(body, {"confirm", "queue", "type", "older_than"})
         params: dict[str, Any] = {k: v for k, v in body.items() if k in {"queue", "type"}}
         if body.get("older_than"):
             params["finished_before"] = body["older_than"]
