@@ -28,7 +28,7 @@ CONF_PORT ?= 18765
 PEERBENCH ?= ../shared/peerbench
 PEERS ?= ojs pgqueuer
 ROUNDS ?= 8
-.PHONY: help demo docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance browser-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
+.PHONY: help demo dist docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance browser-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -142,13 +142,20 @@ conformance: $(VENV)/.installed ## OJS conformance suites against the example pr
 		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the conformance suites were NOT run (CI=true makes this an error)." >&2; \
 	fi
 
-test: lint check-migrations docs browser-deps ## Everything CI runs: lint, migrations check, then SQLite, PostgreSQL, Django 6.x and OJS conformance side by side
+test: lint check-migrations docs browser-deps ## Everything CI runs: lint, migrations check, then SQLite, PostgreSQL, Django 6.x, OJS conformance and the wheel's smoke test side by side
 	@# The four suites use separate databases (and ports), so they run at the same time
 	@# (TEST_JOBS of them; TEST_JOBS=1 runs them one after the other). Each suite's output
 	@# is printed in one piece when it ends; the first failure fails the target.
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-suites
 
-test-suites: test-sqlite test-postgres test-django6 conformance
+test-suites: test-sqlite test-postgres test-django6 conformance dist
+
+dist: $(VENV)/.installed ## Build the wheel and sdist into dist/, check them (twine), then install the wheel in a clean virtualenv and use it (tests/dist_smoke.py)
+	rm -rf dist
+	$(PY) -m pip install --quiet --group release
+	$(PY) -m build --outdir dist . > /dev/null
+	$(PY) -m twine check --strict dist/*
+	$(PY) tests/dist_smoke.py dist/*.whl
 
 bench: $(VENV)/.installed ## Run the benchmarks on PostgreSQL (by hand; see docs/explanation/performance.md)
 	DATABASE_URL=postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_bench $(PY) bench/enqueue.py
