@@ -18,12 +18,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import timedelta
 from threading import Lock
-from typing import Any
 
-from django.db import connections
 from django.utils import timezone
 
 from django_ojs.conf import settings
+from django_ojs.drivers import get_driver
 from django_ojs.models import ApiKey
 from django_ojs.validation import validate_queue_patterns
 
@@ -164,52 +163,6 @@ def update(
     return key
 
 
-_FIELDS = tuple(ApiKey._meta.concrete_fields)
-_ATTNAMES = [f.attname for f in _FIELDS]
-_COLUMNS = ", ".join(f'"{f.column}"' for f in _FIELDS)
-_BY_PREFIX_SQL = f'SELECT {_COLUMNS} FROM "{ApiKey._meta.db_table}" WHERE prefix = %s'
-
-
-def _by_prefix(prefix: str, using: str) -> ApiKey | None:
-    """The key with ``prefix``, loaded as the ORM loads it, without compiling a query.
-
-    Every API request runs this lookup (a revoked key must stop working at once, so it
-    is not cached). A queryset is compiled anew on each call, and ``raw()`` resolves its
-    columns and converters per call: either costs more than the query itself (``raw()``
-    was 15 % of an enqueue request's CPU in gunicorn). This runs one fixed statement and
-    applies each field's converters, as the ORM does.
-    """
-    db = connections[using]
-    with db.cursor() as cursor:
-        cursor.execute(_BY_PREFIX_SQL, [prefix])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    values = list(row)
-    for i, col, converters in _converters(db):
-        for convert in converters:
-            values[i] = convert(values[i], col, db)
-    return ApiKey.from_db(using, _ATTNAMES, values)
-
-
-def _converters(db: Any) -> list[tuple[int, Any, list[Any]]]:
-    """Each column that has converters for ``db``: its index, expression and converters
-    (the backend's, then the field's), as ``SQLCompiler.get_converters`` finds them."""
-    found = _converters_by_alias.get(db.alias)
-    if found is None:
-        found = []
-        for i, field in enumerate(_FIELDS):
-            col = field.get_col(ApiKey._meta.db_table)
-            converters = db.ops.get_db_converters(col) + field.get_db_converters(db)
-            if converters:
-                found.append((i, col, converters))
-        _converters_by_alias[db.alias] = found
-    return found
-
-
-_converters_by_alias: dict[str, list[tuple[int, Any, list[Any]]]] = {}
-
-
 def authenticate(raw: str, *, using: str | None = None) -> ApiKey | None:
     """The active key ``raw`` belongs to, or ``None`` (unknown, wrong secret or revoked).
 
@@ -230,7 +183,7 @@ def authenticate(raw: str, *, using: str | None = None) -> ApiKey | None:
     if parts is None:
         return None
     prefix, secret = parts
-    key = _by_prefix(prefix, alias)
+    key = get_driver(alias).api_key(prefix)
     if key is None or not key.is_active:
         _trusted.pop(fingerprint, None)
         return None

@@ -19,14 +19,14 @@ class OJSConfig(AppConfig):
         from django.db.backends.signals import connection_created
 
         from django_ojs import checks  # noqa: F401 - registers the checks
-        from django_ojs.jobquery import register_sqlite_functions
+        from django_ojs.drivers.sqlite import register_functions
         from django_ojs.registry import autodiscover
 
         # SQLite has no JSON containment: the job search registers its own function.
-        connection_created.connect(register_sqlite_functions, dispatch_uid="ojs_sqlite_functions")
+        connection_created.connect(register_functions, dispatch_uid="ojs_sqlite_functions")
         for conn in connections.all(initialized_only=True):
             if conn.connection is not None:
-                register_sqlite_functions(None, conn)
+                register_functions(None, conn)
         autodiscover()  # imports <app>.jobs (OJS_HANDLER_MODULES) so @handler runs
         backends = getattr(django_settings, "TASKS", None) or {}
         if any(

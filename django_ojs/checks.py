@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from django.apps import AppConfig
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning, register
-from django.db import connections
 
 from django_ojs.conf import settings
+from django_ojs.drivers import UnsupportedDatabase, get_driver
 
 #: The tag of django-ojs's own checks: ``manage.py check --tag ojs`` runs only them, and
 #: ``ojs_worker`` runs only them when it starts.
@@ -42,26 +42,12 @@ def check_database(
                 id="ojs.E001",
             )
         ]
-    conn = connections[alias]
-    if conn.vendor not in ("postgresql", "sqlite"):
-        out.append(
-            Error(
-                f"django-ojs supports PostgreSQL and SQLite; {alias!r} is {conn.vendor}.",
-                id="ojs.E002",
-            )
-        )
-    if conn.vendor == "sqlite":
-        options = conn.settings_dict.get("OPTIONS", {})
-        if str(options.get("transaction_mode", "")).upper() not in ("IMMEDIATE", "EXCLUSIVE"):
-            out.append(
-                Warning(
-                    "SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE' can fail with "
-                    "'database is locked' when a worker and the web process write at once.",
-                    hint="Set DATABASES[...]['OPTIONS'] = {'transaction_mode': 'IMMEDIATE', "
-                    "'timeout': 20, 'init_command': 'PRAGMA journal_mode=WAL;'}.",
-                    id="ojs.W001",
-                )
-            )
+    try:
+        driver = get_driver(alias)
+    except UnsupportedDatabase as exc:
+        out.append(Error(str(exc), id="ojs.E002"))
+    else:
+        out.extend(driver.check_configuration())  # ojs.W001 (SQLite's transaction mode)
     if not getattr(django_settings, "USE_TZ", True):
         out.append(
             Error(

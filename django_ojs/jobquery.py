@@ -10,13 +10,10 @@ prefix with ``*``: ``email.*``), ``since``/``until`` (created), ``finished_befor
 Unknown parameters are refused (a misspelt ``queu`` must not widen a bulk action to every
 job); callers name the extra parameters they read themselves (``page``, ``sort``...).
 
-Containment (``args``, ``meta``) is ``@>`` on PostgreSQL. No GIN index is created by the
-migrations (it slows every insert); :func:`search_indexes` (``manage.py
-ojs_search_index --create``) adds the two on demand. Without them the other filters
-should narrow the rows first. SQLite has
-no JSON containment operator: there it is ``ojs_json_contains(column, fragment)``, a
-function registered on every SQLite connection (:func:`register_sqlite_functions`) that
-runs :func:`contains` on each candidate row, inside the query, so it sees every row.
+Containment (``args``, ``meta``) is ``@>`` on PostgreSQL (``Driver.json_contains``; SQLite
+runs the same rule in a function of its own). No GIN index is created by the migrations
+(it slows every insert); :func:`search_indexes` (``manage.py ojs_search_index --create``)
+adds the two on demand. Without them the other filters should narrow the rows first.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connections
-from django.db.models import BooleanField, F, Func, Q, QuerySet, Value
+from django.db.models import Q, QuerySet
 
 from django_ojs import envelope, states, validation
 from django_ojs.drivers import get_driver
@@ -163,14 +159,10 @@ class JobFilter:
         jobs = jobs.filter(q)
         if self.args is None and self.meta is None:
             return jobs
-        postgres = connections[jobs.db].vendor == "postgresql"
+        driver = get_driver(jobs.db)
         for column, fragment in (("args", self.args), ("meta", self.meta)):
-            if fragment is None:
-                continue
-            if postgres:
-                jobs = jobs.filter(**{f"{column}__contains": fragment})
-            else:
-                jobs = jobs.filter(_JSONContains(F(column), Value(json.dumps(fragment))))
+            if fragment is not None:
+                jobs = driver.json_contains(jobs, column, fragment)
         return jobs
 
 
@@ -179,43 +171,6 @@ PARAMETERS = frozenset(
     {"state", "states", "queue", "type", "since", "until", "finished_after", "finished_before",
      "worker", "error_type", "args", "meta"}
 )  # fmt: skip
-
-
-class _JSONContains(Func):
-    """``ojs_json_contains(column, fragment)``: SQLite's stand-in for ``@>``."""
-
-    function = "ojs_json_contains"
-    output_field = BooleanField()
-
-
-def _sqlite_contains(value: str | None, fragment: str) -> bool:
-    if value is None:
-        return False
-    try:
-        return contains(json.loads(value), json.loads(fragment))
-    except (ValueError, RecursionError):
-        return False
-
-
-def register_sqlite_functions(sender: Any, connection: Any, **kwargs: Any) -> None:
-    """``connection_created`` receiver: ``ojs_json_contains`` on SQLite connections."""
-    if connection.vendor == "sqlite":
-        connection.connection.create_function(
-            "ojs_json_contains", 2, _sqlite_contains, deterministic=True
-        )
-
-
-def contains(value: Any, fragment: Any) -> bool:
-    """PostgreSQL's ``jsonb @>`` in Python: objects by subset, arrays by any-element."""
-    if isinstance(fragment, dict):
-        return isinstance(value, dict) and all(
-            k in value and contains(value[k], v) for k, v in fragment.items()
-        )
-    if isinstance(fragment, list):
-        if not isinstance(value, list):
-            return False
-        return all(any(contains(item, want) for item in value) for want in fragment)
-    return value == fragment and type(value) is type(fragment)
 
 
 def order(jobs: QuerySet[Job], params: Mapping[str, Any]) -> QuerySet[Job]:
@@ -235,26 +190,9 @@ MAX_CHOICES = 200
 
 
 def distinct_types(jobs: QuerySet[Job]) -> list[str]:
-    """The job types present, for a filter menu, without reading every row.
-
-    PostgreSQL: a "skip scan" (a recursive query that jumps from one type to the next
-    along ``ojs_job_type_idx``), one index probe per distinct type. Elsewhere DISTINCT.
-    """
-    if connections[jobs.db].vendor != "postgresql":
-        return list(jobs.order_by("type").values_list("type", flat=True).distinct()[:MAX_CHOICES])
-    sql = """
-        WITH RECURSIVE t(type, n) AS (
-            (SELECT type, 1 FROM ojs_job ORDER BY type LIMIT 1)
-            UNION ALL
-            SELECT (SELECT j.type FROM ojs_job j WHERE j.type > t.type ORDER BY j.type LIMIT 1),
-                   t.n + 1
-            FROM t WHERE t.type IS NOT NULL AND t.n < %s
-        )
-        SELECT type FROM t WHERE type IS NOT NULL
-    """
-    with connections[jobs.db].cursor() as cursor:
-        cursor.execute(sql, [MAX_CHOICES])
-        return [row[0] for row in cursor.fetchall()]
+    """The job types present, for a filter menu, without reading every row (at most
+    :data:`MAX_CHOICES`; PostgreSQL skips along ``ojs_job_type_idx``)."""
+    return get_driver(jobs.db).distinct_types(jobs, MAX_CHOICES)
 
 
 def search_indexes(*, create: bool | None = None, using: str) -> dict[str, bool] | None:
@@ -273,27 +211,11 @@ EXACT_COUNT_LIMIT = 10_000
 def count(jobs: QuerySet[Any]) -> tuple[int, bool]:
     """``(n, estimated)``: how many rows ``jobs`` has, never counting a million of them.
 
-    Counts at most ``EXACT_COUNT_LIMIT + 1`` rows (``SELECT count(*) FROM (… LIMIT n)``
-    stops early); above that PostgreSQL's planner estimates the same query (``EXPLAIN``,
-    no rows read) and ``estimated`` is True. SQLite always counts exactly.
+    Exact up to :data:`EXACT_COUNT_LIMIT` rows; above that PostgreSQL's planner estimates
+    the same query (``EXPLAIN``, no rows read) and ``estimated`` is True. SQLite always
+    counts exactly.
     """
-    if connections[jobs.db].vendor != "postgresql":
-        return jobs.count(), False
-    exact = jobs.order_by()[: EXACT_COUNT_LIMIT + 1].count()
-    if exact <= EXACT_COUNT_LIMIT:
-        return exact, False
-    return max(planner_estimate(jobs), exact), True
-
-
-def planner_estimate(jobs: QuerySet[Any]) -> int:
-    """PostgreSQL's estimate of how many rows ``jobs`` returns (``EXPLAIN``)."""
-    sql, params = jobs.order_by().query.sql_with_params()
-    with connections[jobs.db].cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])
+    return get_driver(jobs.db).count(jobs, EXACT_COUNT_LIMIT)
 
 
 def after_cursor(jobs: QuerySet[Job], cursor: str | None) -> QuerySet[Job]:

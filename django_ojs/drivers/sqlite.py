@@ -1,5 +1,10 @@
 """SQLite driver: compare-and-set claim inside the (immediate) transaction, and polling.
 
+SQLite has no JSON containment operator: the job search's ``@>`` is
+``ojs_json_contains(column, fragment)`` here, a function registered on every SQLite
+connection (:func:`register_functions`) that runs :func:`contains` on each candidate row,
+inside the query, so it sees every row.
+
 SQLite has no ``SKIP LOCKED`` (Django silently ignores ``select_for_update`` there), but
 it serialises writers: with ``transaction_mode = "IMMEDIATE"`` the claiming transaction
 holds the write lock from its first statement, and each row is still claimed with a
@@ -9,12 +14,15 @@ else is the portable ORM implementation (:mod:`django_ojs.drivers.orm`).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, Q
+from django.core.checks import CheckMessage, Warning
+from django.db import connections
+from django.db.models import BooleanField, F, Func, Q, QuerySet, Value
 
 from django_ojs.drivers.base import EventMode, Written, job_rows
 from django_ojs.drivers.orm import OrmDriver
@@ -29,6 +37,23 @@ def _earliest(*values: datetime | None) -> datetime | None:
 
 class SQLiteDriver(OrmDriver):
     vendor = "sqlite"
+
+    def json_contains(self, jobs: QuerySet[Job], column: str, fragment: Any) -> QuerySet[Job]:
+        return jobs.filter(_JSONContains(F(column), Value(json.dumps(fragment))))
+
+    def check_configuration(self) -> list[CheckMessage]:
+        options = connections[self.using].settings_dict.get("OPTIONS", {})
+        if str(options.get("transaction_mode", "")).upper() in ("IMMEDIATE", "EXCLUSIVE"):
+            return []
+        return [
+            Warning(
+                "SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE' can fail with "
+                "'database is locked' when a worker and the web process write at once.",
+                hint="Set DATABASES[...]['OPTIONS'] = {'transaction_mode': 'IMMEDIATE', "
+                "'timeout': 20, 'init_command': 'PRAGMA journal_mode=WAL;'}.",
+                id="ojs.W001",
+            )
+        ]
 
     def claim(
         self,
@@ -124,3 +149,40 @@ class PollingListener:
 
     def close(self) -> None:
         self._woken.set()
+
+
+class _JSONContains(Func):
+    """``ojs_json_contains(column, fragment)``: SQLite's stand-in for ``@>``."""
+
+    function = "ojs_json_contains"
+    output_field = BooleanField()
+
+
+def _sqlite_contains(value: str | None, fragment: str) -> bool:
+    if value is None:
+        return False
+    try:
+        return contains(json.loads(value), json.loads(fragment))
+    except (ValueError, RecursionError):
+        return False
+
+
+def register_functions(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """``connection_created`` receiver: ``ojs_json_contains`` on SQLite connections."""
+    if connection.vendor == "sqlite":
+        connection.connection.create_function(
+            "ojs_json_contains", 2, _sqlite_contains, deterministic=True
+        )
+
+
+def contains(value: Any, fragment: Any) -> bool:
+    """PostgreSQL's ``jsonb @>`` in Python: objects by subset, arrays by any-element."""
+    if isinstance(fragment, dict):
+        return isinstance(value, dict) and all(
+            k in value and contains(value[k], v) for k, v in fragment.items()
+        )
+    if isinstance(fragment, list):
+        if not isinstance(value, list):
+            return False
+        return all(any(contains(item, want) for item in value) for want in fragment)
+    return value == fragment and type(value) is type(fragment)

@@ -60,6 +60,7 @@ from django_ojs.lifecycle.settle import (
     retry_failed_steps,
     run_now,
 )
+from django_ojs.lifecycle.store import backend
 from django_ojs.lifecycle.store import db as database
 from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, set_directive
 from django_ojs.lifecycle.workflows import KINDS as WORKFLOW_KINDS
@@ -85,6 +86,7 @@ __all__ = [
     "ack",
     "ack_many",
     "activate",
+    "backend",
     "beat",
     "bulk",
     "cancel",

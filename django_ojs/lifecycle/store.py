@@ -25,6 +25,11 @@ def db(using: str | None) -> str:
     return using or settings.DATABASE
 
 
+def backend(using: str | None = None) -> str:
+    """Which database holds the job store (``postgresql``, ``sqlite``): its driver's name."""
+    return get_driver(db(using)).name
+
+
 def parse_id(job_id: Any) -> uuid.UUID:
     if isinstance(job_id, uuid.UUID):
         return job_id

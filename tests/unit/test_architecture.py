@@ -1,10 +1,14 @@
-"""The import rules of the house architecture (STYLE.md §3), checked on the source with ``ast``.
+"""The rules of the architecture (docs/explanation/architecture.md, "The rules the tests
+enforce"), checked on the source with ``ast``.
 
 * Adapters and loops (``api``, ``admin``, ``management``, ``worker``, ``reaper``,
   ``queues``) use the ``django_ojs.lifecycle`` facade only: never one of its modules, never
   ``django_ojs.drivers``.
 * No module imports a private (``_name``) name from another module.
 * ``models`` imports nothing from the layers above it.
+* Only the drivers know the database: no module outside ``django_ojs.drivers`` (and the
+  migrations, which Django runs per vendor) reads a connection's ``vendor`` or runs SQL of
+  its own (``cursor()``, ``raw()``, ``RawSQL``, ``extra()``).
 """
 
 from __future__ import annotations
@@ -151,6 +155,44 @@ def test_models_import_nothing_from_the_layers_above():
     assert not bad, f"django_ojs.models imports from above it: {bad}"
 
 
+#: Calls and names that run SQL written by hand.
+RAW_SQL_CALLS = frozenset({"cursor", "raw", "extra"})
+RAW_SQL_NAMES = frozenset({"RawSQL"})
+
+
+def vendor_knowledge(path: Path) -> list[str]:
+    """Where ``path`` reads a connection's vendor or runs SQL of its own."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr == "vendor":
+            out.append(f"line {node.lineno}: .vendor")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in RAW_SQL_CALLS
+        ):
+            out.append(f"line {node.lineno}: .{node.func.attr}()")
+        elif isinstance(node, ast.Name) and node.id in RAW_SQL_NAMES:
+            out.append(f"line {node.lineno}: {node.id}")
+    return out
+
+
+def outside_drivers():
+    for path in MODULES:
+        name = module_name(path)
+        if not within(name, "django_ojs.drivers") and not within(name, "django_ojs.migrations"):
+            yield pytest.param(path, id=name)
+
+
+@pytest.mark.parametrize("path", list(outside_drivers()))
+def test_only_the_drivers_know_the_database(path: Path):
+    bad = vendor_knowledge(path)
+    assert not bad, (
+        f"{module_name(path)} reads the database vendor or runs SQL of its own: {bad}; "
+        "declare an operation on drivers.base.Driver instead"
+    )
+
+
 # --------------------------------------------------------------- the checker itself
 
 
@@ -179,3 +221,24 @@ def test_checker__finds_each_kind_of_violation(tmp_path, monkeypatch):
     with pytest.raises(AssertionError) as info:
         test_no_private_names_imported_from_another_module(fake)
     assert "line 6:" in str(info.value) and "line 7:" in str(info.value)
+
+
+def test_checker__finds_vendor_reads_and_raw_sql(monkeypatch):
+    fake = PACKAGE / "jobquery_probe.py"
+    source = (
+        "from django.db import connections\n"
+        "if connections['default'].vendor == 'postgresql':\n"
+        "    pass\n"
+        "with connections['default'].cursor() as c:\n"
+        "    c.execute('SELECT 1')\n"
+        "Job.objects.raw('SELECT * FROM ojs_job')\n"
+        "x = RawSQL('1', [])\n"
+        "Job.objects.filter(state='active')\n"
+    )
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: source)
+    with pytest.raises(AssertionError) as info:
+        test_only_the_drivers_know_the_database(fake)
+    message = str(info.value)
+    for line in (2, 4, 6, 7):
+        assert f"line {line}:" in message
+    assert "line 8:" not in message

@@ -14,7 +14,7 @@ from django.http import HttpResponse
 from rest_framework.response import Response
 
 import django_ojs
-from django_ojs import metrics
+from django_ojs import lifecycle, metrics
 from django_ojs.api.permissions import INSPECT
 from django_ojs.api.views.base import OJSView
 from django_ojs.api.wire import OJS_VERSION
@@ -47,7 +47,7 @@ class ManifestView(OJSView):
     """What this server implements: the union of HB §21 and conformance §4 fields."""
 
     def get(self, request: Any) -> Response:
-        vendor = connections[settings.DATABASE].vendor
+        vendor = lifecycle.backend()
         base = request.build_absolute_uri(self.location("health")).rsplit("/health", 1)[0]
         return Response(
             {
@@ -110,9 +110,8 @@ class HealthView(OJSView):
     """``ok`` (200) when the job store answers, ``degraded`` (503) when it does not."""
 
     def get(self, request: Any) -> Response:
-        connection = connections[settings.DATABASE]
         started = time.perf_counter()
-        backend: dict[str, Any] = {"type": connection.vendor}
+        backend: dict[str, Any] = {"type": lifecycle.backend()}
         try:
             Queue.objects.using(settings.DATABASE).exists()
         except DatabaseError as exc:
