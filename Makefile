@@ -23,12 +23,16 @@ TEST_JOBS ?= 4
 # OJS conformance run: its own databases (CONF_DB and CONF_DB_l24) and ports (CONF_PORT, +1).
 CONF_DB ?= ojs_conformance
 CONF_PORT ?= 18765
+# OJS extension conformance run (make conformance-ext): its own database and port, so it can
+# run beside the others.
+CONF_EXT_DB ?= ojs_conformance_ext
+CONF_EXT_PORT ?= 18775
 
 .DEFAULT_GOAL := help
 PEERBENCH ?= ../shared/peerbench
 PEERS ?= ojs pgqueuer
 ROUNDS ?= 8
-.PHONY: help demo dist docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance browser-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
+.PHONY: help demo dist docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance conformance-ext browser-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -140,6 +144,15 @@ conformance: $(VENV)/.installed ## OJS conformance suites against the example pr
 		echo "ERROR: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable and CI=true: the conformance suites cannot run." >&2; exit 1; \
 	else \
 		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the conformance suites were NOT run (CI=true makes this an error)." >&2; \
+	fi
+
+conformance-ext: $(VENV)/.installed ## OJS extension suites (pinned in tests/conformance_ext) on PostgreSQL; not in make test yet
+	@if $(PY) -c "import psycopg; psycopg.connect(host='$(PG_HOST)', port=$(PG_PORT), user='$(PG_USER)', dbname='postgres', connect_timeout=5).close()" 2>/dev/null; then \
+		PY=$(PY) PG_HOST=$(PG_HOST) PG_PORT=$(PG_PORT) PG_USER=$(PG_USER) CONF_EXT_DB=$(CONF_EXT_DB) CONF_EXT_PORT=$(CONF_EXT_PORT) .ci/conformance-ext.sh; \
+	elif [ "$$CI" = "true" ]; then \
+		echo "ERROR: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable and CI=true: the extension conformance suites cannot run." >&2; exit 1; \
+	else \
+		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the extension conformance suites were NOT run (CI=true makes this an error)." >&2; \
 	fi
 
 test: lint check-migrations docs browser-deps ## Everything CI runs: lint, migrations check, then SQLite, PostgreSQL, Django 6.x, OJS conformance and the wheel's smoke test side by side
