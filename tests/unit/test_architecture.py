@@ -36,8 +36,8 @@ def facade_exports() -> frozenset[str]:
 #: (``lifecycle.push`` is the function, ``lifecycle.store`` would be the module).
 LIFECYCLE_MODULES = (
     frozenset(p.stem for p in (PACKAGE / "lifecycle").glob("*.py") if p.stem != "__init__")
-    - facade_exports()
-)
+    | frozenset(p.parent.name for p in (PACKAGE / "lifecycle").glob("*/__init__.py"))
+) - facade_exports()
 ADAPTERS = ("django_ojs.api", "django_ojs.admin", "django_ojs.management", "django_ojs.worker")
 ADAPTER_MODULES = ("django_ojs.reaper", "django_ojs.queues")
 ABOVE_MODELS = (
