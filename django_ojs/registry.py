@@ -90,7 +90,7 @@ class Registry:
         self._lock = threading.Lock()
 
     def register(self, job_type: str, func: Callable[..., Any], *, replace: bool = False) -> None:
-        envelope._validate_type(job_type)  # same rule as the envelope's `type`
+        envelope.validate_type(job_type)  # same rule as the envelope's `type`
         if not callable(func):
             raise TypeError(f"handler for {job_type!r} must be callable")
         context, name = _context_param(func)

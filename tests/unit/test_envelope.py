@@ -311,7 +311,7 @@ def test_plain_fit__answers_for_every_job_at_once():
     specs = [envelope.unsized_plain("a.b", ["x" * 100]) for _ in range(3)]
     together = len(json.dumps([s.args for s in specs], separators=(",", ":")))
     # Within: all the jobs' arguments, the fixed part and the longest type fit.
-    limit = together + envelope._PLAIN_SIZE + envelope.TYPE_MAX_LENGTH
+    limit = together + envelope.parse._PLAIN_SIZE + envelope.TYPE_MAX_LENGTH
     assert envelope.plain_fit(specs, limit)
     # Not sure: each job is then checked on its own, and each fits here.
     assert not envelope.plain_fit(specs, limit - 1)
@@ -322,9 +322,9 @@ def test_plain_fit__answers_for_every_job_at_once():
 
 
 def test_validate_type__remembers_only_valid_types():
-    assert envelope._validate_type("c.d") == "c.d"
-    assert "c.d" in envelope._VALID_TYPES
+    assert envelope.validate_type("c.d") == "c.d"
+    assert "c.d" in envelope.parse._VALID_TYPES
     for bad in ["C.D", "", 5, None]:
         with pytest.raises(ValidationError):
-            envelope._validate_type(bad)
-    assert "C.D" not in envelope._VALID_TYPES
+            envelope.validate_type(bad)
+    assert "C.D" not in envelope.parse._VALID_TYPES
