@@ -39,6 +39,7 @@ def wait_until() -> Callable[..., Any]:
 def _forget_worker_touches() -> None:
     """Each test starts with no worker recorded by an earlier one's fetches (their rows
     were rolled back or truncated with that test's database)."""
-    from django_ojs.lifecycle import claim
+    from django_ojs.lifecycle import claim, workers
 
     claim._touched.clear()
+    workers._stopping.clear()

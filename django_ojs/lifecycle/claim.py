@@ -2,7 +2,7 @@
 
 One fetch path for HTTP workers and the in-process ``ojs_worker``. The vendor-specific
 statement is the driver's ``claim``; this module orders queues, records the worker's sign
-of life and emits ``job.started``.
+of life, withholds jobs from a worker that is stopping, and emits ``job.started``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from django_ojs.drivers import Listener, Written, get_driver
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.store import db
+from django_ojs.lifecycle.workers import stopping
 from django_ojs.models import Job, Queue, RateLimitState
 from django_ojs.policy import configured
 from django_ojs.states import JobState
@@ -109,6 +110,8 @@ class Fetch:
 
     def __call__(self, count: int) -> list[Job]:
         using, driver, order, worker_id = self.using, self.driver, self.queues, self.worker_id
+        if worker_id and self.register and stopping(worker_id, using):
+            return []  # graceful shutdown §5.1: no new jobs for a quiet worker
         now = timezone.now()
         claimed: list[Job] = []
         written: list[events.EventRow] = []

@@ -6,13 +6,16 @@ operator's directive. The only writer of ``Worker`` rows and of job heartbeat fi
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from django_ojs.actors import Actor
@@ -125,6 +128,7 @@ def set_directive(
         if not changed:
             raise WorkerNotFound(worker_id)
         audit.record(actor, f"worker.{directive or 'running'}", using, worker_id=worker_id)
+        transaction.on_commit(partial(note_worker, worker_id, using), using=using)
         if directive:
             events.emit_other(f"worker.{directive}", worker_id, using, worker_id=worker_id)
         return Worker.objects.using(using).get(id=worker_id)
@@ -185,6 +189,9 @@ def beat(
         with transaction.atomic(using=using):
             directive = _record_beat(worker_id, info, using)
             extended, cancelled = _extend(worker_id, ids, requested, now, using)
+    if state is not None:
+        # Its fetches in this process see the state it reported at once, once committed.
+        transaction.on_commit(partial(note_worker, worker_id, using), using=using)
     return Heartbeat(
         worker_id=worker_id,
         state=directive or "running",
@@ -289,3 +296,45 @@ def _job_ids(values: Sequence[Any] | None) -> list[Any]:
 def stale_before(now: datetime) -> datetime:
     """Workers whose last heartbeat is older than this are dead."""
     return now - timedelta(seconds=settings.WORKER_STALE_AFTER)
+
+
+#: The worker states (reported in its heartbeats, or ordered by an operator as its
+#: directive) in which it gets no new jobs.
+STOPPING = ("quiet", "terminate")
+#: How often a process reads a fetching worker's state (seconds).
+STOPPING_READ_EVERY = 1.0
+#: Whether each (database, worker) was stopping when last read here, and when, on
+#: ``_clock``.
+_stopping: dict[tuple[str, str], tuple[float, bool]] = {}
+_clock = time.monotonic
+
+
+def stopping(worker_id: str, using: str) -> bool:
+    """Whether ``worker_id`` reported ``quiet`` or ``terminate``, or an operator ordered it
+    to (graceful shutdown §5.1: "the backend MUST NOT assign new jobs to a quiet worker";
+    worker protocol §4).
+
+    Read from its row at most once a :data:`STOPPING_READ_EVERY` seconds per process, so an HTTP worker
+    fetching in a loop costs a statement a second, not one a fetch; a heartbeat or
+    directive recorded in this process counts at once (:func:`note_worker`), one
+    recorded in another process within that second.
+    """
+    key = (using, worker_id)
+    now = _clock()
+    seen = _stopping.get(key)
+    if seen is not None and now - seen[0] < STOPPING_READ_EVERY:
+        return seen[1]
+    found = (
+        Worker.objects.using(using)
+        .filter(Q(state__in=STOPPING) | Q(directive__in=STOPPING), id=worker_id)
+        .exists()
+    )
+    if len(_stopping) >= 4096:  # worker ids come from clients: never grow without bound
+        _stopping.clear()
+    _stopping[key] = (now, found)
+    return found
+
+
+def note_worker(worker_id: str, using: str) -> None:
+    """Forget what this process knew of ``worker_id``'s state: its next fetch reads it."""
+    _stopping.pop((using, worker_id), None)

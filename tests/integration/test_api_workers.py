@@ -86,6 +86,72 @@ def test_fetch__records_a_polling_worker_once_a_second_and_every_new_one_at_once
     assert Worker.objects.get(id="other").last_heartbeat_at > past(10)  # a second later
 
 
+# A beat or directive tells this process's fetches once committed (on_commit): these
+# tests commit as HTTP requests do.
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("state", ["quiet", "terminate"])
+def test_fetch__a_worker_that_reported_quiet_gets_no_new_jobs(state):
+    """Graceful shutdown §5.1: "the backend MUST NOT assign new jobs to a quiet worker"."""
+    api = client("admin")
+    api.enqueue("a.b", [1])
+    api.enqueue("a.b", [2])
+    held = api.fetch(worker_id="stopping")
+    beat = api.post(
+        "/workers/heartbeat",
+        {"worker_id": "stopping", "state": state, "active_jobs": [held[0]["id"]]},
+    )
+    assert beat.status_code == 200 and beat.body["jobs_extended"] == [held[0]["id"]]
+    assert api.fetch(worker_id="stopping") == []
+    assert Job.objects.filter(state="available").count() == 1  # still there for others
+    assert len(api.fetch(worker_id="another")) == 1
+    assert (
+        api.post("/workers/ack", {"job_id": held[0]["id"], "worker_id": "stopping"}).status_code
+        == 200
+    )  # it finishes what it holds
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fetch__a_worker_back_to_running_gets_jobs_again():
+    api = client("admin")
+    api.enqueue("a.b", [1])
+    api.post("/workers/heartbeat", {"worker_id": "paused", "state": "quiet"})
+    assert api.fetch(worker_id="paused") == []
+    api.post("/workers/heartbeat", {"worker_id": "paused", "state": "running"})  # SIGCONT
+    assert len(api.fetch(worker_id="paused")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fetch__an_operator_directive_withholds_jobs_at_once():
+    api = client("admin")
+    api.enqueue("a.b", [1])
+    api.fetch(worker_id="told", queues=["elsewhere"])  # known, running
+    lifecycle.set_directive("told", "quiet")
+    assert api.fetch(worker_id="told") == []
+    lifecycle.set_directive("told", "running")
+    assert len(api.fetch(worker_id="told")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fetch__a_state_recorded_by_another_process_counts_within_a_second(monkeypatch):
+    """A process reads a fetching worker's state at most once a ``STOPPING_READ_EVERY``:
+    a quiet heartbeat recorded by another web process stops its fetches here within
+    that bound (the row is written here behind this process's back, as there)."""
+    from django_ojs.lifecycle import workers
+
+    clock = ManualClock()
+    monkeypatch.setattr(workers, "_clock", clock)
+    api = client("admin")
+    for i in range(3):
+        api.enqueue("a.b", [i])
+    assert len(api.fetch(worker_id="remote")) == 1
+    Worker.objects.filter(id="remote").update(state="quiet")  # another process's beat
+    clock.now += workers.STOPPING_READ_EVERY / 2
+    assert len(api.fetch(worker_id="remote")) == 1  # within the bound: not read yet
+    clock.now += workers.STOPPING_READ_EVERY
+    assert api.fetch(worker_id="remote") == []
+    assert Job.objects.filter(state="available").count() == 1
+
+
 def test_fetch__inside_a_transaction_always_records_its_worker():
     # A caller's transaction may roll back what the fetch wrote: nothing is remembered.
     from django_ojs.lifecycle import claim
