@@ -120,6 +120,7 @@ def test_unsafe_methods__405(staff, ui_dir):
         ("/ojs/admin/queues", "/ojs/admin/"),
         ("/ojs/admin/queues/foo", "/ojs/admin/"),
         ("/ojs/admin/workflows/builder/", "/ojs/admin/"),
+        ("/ojs/admin/index.html", "/ojs/admin/"),
     ],
 )
 def test_every_deep_link__gets_index_html_with_base_and_shim(staff, ui_dir, path, base):

@@ -79,7 +79,7 @@ def admin_ui(request: HttpRequest, path: str = "") -> HttpResponseBase:
     if relative is None:
         return _not_found(request)
     root = root.resolve()
-    if relative:
+    if relative and relative != "index.html":  # the page itself always gets its additions
         candidate = (root / relative).resolve()
         # resolve() follows symbolic links: one leading out of the directory is refused.
         if not candidate.is_relative_to(root):
