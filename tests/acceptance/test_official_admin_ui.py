@@ -175,6 +175,8 @@ class Traffic:
     def __init__(self, driver):
         self.driver = driver
         self.methods: dict[str, str] = {}
+        #: The request headers of each unsafe request, by path.
+        self.sent: dict[str, dict[str, str]] = {}
         #: (page, method, path with query, status, resource type)
         self.responses: list[tuple[str, str, str, int, str]] = []
 
@@ -184,7 +186,10 @@ class Traffic:
             message = json.loads(entry["message"])["message"]
             params = message.get("params", {})
             if message["method"] == "Network.requestWillBeSent":
-                self.methods[params["requestId"]] = params["request"]["method"]
+                request = params["request"]
+                self.methods[params["requestId"]] = request["method"]
+                if request["method"] not in ("GET", "HEAD"):
+                    self.sent[urlsplit(request["url"]).path] = request.get("headers", {})
             elif message["method"] == "Network.responseReceived":
                 url = urlsplit(params["response"]["url"])
                 if not url.path.startswith("/ojs/"):
@@ -230,6 +235,20 @@ def _screenshot(driver, name: str) -> None:
     driver.save_screenshot(str(Path(shots) / f"official-ui-{name}.png"))
 
 
+def _log_in(browser, base: str) -> None:
+    """Log in as ``ops``: /ojs/admin/ sends an anonymous visitor to the admin's login."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{base}queues")
+    assert "/admin/login/" in browser.current_url
+    assert "next=/ojs/admin/queues" in browser.current_url
+    browser.find_element(By.ID, "id_username").send_keys("ops")
+    browser.find_element(By.ID, "id_password").send_keys("ops-pw")
+    browser.find_element(By.CSS_SELECTOR, 'input[type="submit"]').click()
+    WebDriverWait(browser, 60).until(lambda d: d.current_url == f"{base}queues")
+
+
 def test_the_official_admin_ui_against_django_ojs(browser, built_ui, live_server, settings):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -240,14 +259,7 @@ def test_the_official_admin_ui_against_django_ojs(browser, built_ui, live_server
     traffic = Traffic(browser)
     base = f"{live_server.url}/ojs/admin/"
 
-    # Log in: /ojs/admin/ sends an anonymous visitor to the Django admin's login page.
-    browser.get(f"{base}queues")
-    assert "/admin/login/" in browser.current_url
-    assert "next=/ojs/admin/queues" in browser.current_url
-    browser.find_element(By.ID, "id_username").send_keys("ops")
-    browser.find_element(By.ID, "id_password").send_keys("ops-pw")
-    browser.find_element(By.CSS_SELECTOR, 'input[type="submit"]').click()
-    WebDriverWait(browser, 60).until(lambda d: d.current_url == f"{base}queues")
+    _log_in(browser, base)
 
     # Every page, opened by its own URL (a deep link: index.html with the <base href>).
     for route in ROUTES:
@@ -278,6 +290,9 @@ def test_the_official_admin_ui_against_django_ojs(browser, built_ui, live_server
         ("/ojs/v1/admin/queues/reports/pause", 200),
         ("/ojs/v1/admin/queues/reports/resume", 200),
     ]
+    # The shim's doing: the token from the cookie, in the header Django reads.
+    sent = {k.lower(): v for k, v in traffic.sent["/ojs/v1/admin/queues/reports/pause"].items()}
+    assert sent.get("x-csrftoken") == browser.get_cookie("csrftoken")["value"], sent
 
     # Every answer from /ojs/: no error, except the endpoints django-ojs does not serve.
     failures, expected, now_served = [], [], set()
@@ -309,3 +324,21 @@ def test_the_official_admin_ui_against_django_ojs(browser, built_ui, live_server
         ("GET", "/ojs/v1/admin/dead-letter"),
     ]:
         assert call in api, (call, sorted(api))
+
+
+def test_writes_with_a_csrf_cookie_scripts_cannot_read(browser, built_ui, live_server, settings):
+    """With ``CSRF_COOKIE_HTTPONLY`` the shim sends the token django-ojs put in the page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    settings.OJS_ADMIN_UI_DIR = str(built_ui)
+    settings.CSRF_COOKIE_HTTPONLY = True
+    User.objects.create_user("ops", password="ops-pw", is_staff=True)
+    lifecycle.enqueue("report.build", [{"month": "2026-11"}], queue="reports")
+    base = f"{live_server.url}/ojs/admin/"
+    _log_in(browser, base)
+    assert browser.execute_script("return document.cookie").find("csrftoken") == -1
+    row = "//tr[td[1][normalize-space()='reports']]"
+    browser.find_element(By.XPATH, f"{row}//button[normalize-space()='Pause']").click()
+    WebDriverWait(browser, 60).until(lambda d: Queue.objects.filter(name="reports", paused=True))
+    browser.find_element(By.XPATH, f"{row}//span[normalize-space()='Paused']")
