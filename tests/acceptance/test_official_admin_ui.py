@@ -246,7 +246,7 @@ def _log_in(browser, base: str) -> None:
     browser.find_element(By.ID, "id_username").send_keys("ops")
     browser.find_element(By.ID, "id_password").send_keys("ops-pw")
     browser.find_element(By.CSS_SELECTOR, 'input[type="submit"]').click()
-    WebDriverWait(browser, 60).until(lambda d: d.current_url == f"{base}queues")
+    WebDriverWait(browser, 120).until(lambda d: d.current_url == f"{base}queues")
 
 
 def test_the_official_admin_ui_against_django_ojs(browser, built_ui, live_server, settings):
@@ -278,11 +278,11 @@ def test_the_official_admin_ui_against_django_ojs(browser, built_ui, live_server
     browser.get(base + "queues")
     row = "//tr[td[1][normalize-space()='reports']]"
     browser.find_element(By.XPATH, f"{row}//button[normalize-space()='Pause']").click()
-    WebDriverWait(browser, 60).until(lambda d: Queue.objects.filter(name="reports", paused=True))
+    WebDriverWait(browser, 120).until(lambda d: Queue.objects.filter(name="reports", paused=True))
     browser.find_element(By.XPATH, f"{row}//span[normalize-space()='Paused']")
     _screenshot(browser, "queues-paused")
     browser.find_element(By.XPATH, f"{row}//button[normalize-space()='Resume']").click()
-    WebDriverWait(browser, 60).until(lambda d: Queue.objects.filter(name="reports", paused=False))
+    WebDriverWait(browser, 120).until(lambda d: Queue.objects.filter(name="reports", paused=False))
     browser.find_element(By.XPATH, f"{row}//span[normalize-space()='Active']")
     browser.execute_async_script(SETTLE)
     writes = [r for r in traffic.read("queues (write)") if r[1] == "POST"]
@@ -340,5 +340,5 @@ def test_writes_with_a_csrf_cookie_scripts_cannot_read(browser, built_ui, live_s
     assert browser.execute_script("return document.cookie").find("csrftoken") == -1
     row = "//tr[td[1][normalize-space()='reports']]"
     browser.find_element(By.XPATH, f"{row}//button[normalize-space()='Pause']").click()
-    WebDriverWait(browser, 60).until(lambda d: Queue.objects.filter(name="reports", paused=True))
+    WebDriverWait(browser, 120).until(lambda d: Queue.objects.filter(name="reports", paused=True))
     browser.find_element(By.XPATH, f"{row}//span[normalize-space()='Paused']")
