@@ -132,3 +132,25 @@ def check_http_api(
             )
         )
     return out
+
+
+@register(TAG)
+def check_admin_ui(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
+    """``OJS_ADMIN_UI_DIR``: the built official admin UI has an ``index.html``."""
+    value = getattr(django_settings, "OJS_ADMIN_UI_DIR", None)
+    if value in (None, ""):
+        return []
+    index = settings.ADMIN_UI_DIR / "index.html" if settings.ADMIN_UI_DIR else None
+    if index is not None and index.is_file():
+        return []
+    return [
+        Warning(
+            f"OJS_ADMIN_UI_DIR is {str(value)!r}, which has no index.html: /ojs/admin/ "
+            "answers 404.",
+            hint="Build openjobspec/ojs-admin-ui (npm ci, then npx vite build) and set "
+            "OJS_ADMIN_UI_DIR to its dist-app/ directory.",
+            id="ojs.W003",
+        )
+    ]

@@ -12,6 +12,7 @@ not seen. This module never writes settings.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -77,6 +78,8 @@ DEFAULT_MAX_JSON_DEPTH = 64
 DEFAULT_ALLOWED_JOB_TYPES: tuple[str, ...] | None = None
 #: Seconds between in-place refreshes of the admin dashboard and job list (0: never).
 DEFAULT_ADMIN_REFRESH_SECONDS = 5
+#: Directory of the built official admin UI served at /ojs/admin/ (None: not served).
+DEFAULT_ADMIN_UI_DIR: str | None = None
 #: Periods the reaper keeps created ahead of the current one, on partitioned tables.
 DEFAULT_PARTITION_PREMAKE = 3
 #: Retention of finished jobs and events, in seconds (None keeps them forever).
@@ -180,6 +183,12 @@ class Settings:
         """Seconds between in-place refreshes of the admin dashboard and job list (0: off)."""
         value = self._get("OJS_ADMIN_REFRESH_SECONDS", DEFAULT_ADMIN_REFRESH_SECONDS)
         return max(int(value or 0), 0)
+
+    @property
+    def ADMIN_UI_DIR(self) -> Path | None:
+        """Directory of the built official OJS admin UI (``dist-app/``); ``None``: off."""
+        value = self._get("OJS_ADMIN_UI_DIR", DEFAULT_ADMIN_UI_DIR)
+        return None if value in (None, "") else Path(value)
 
     @property
     def EVENT_SOURCE(self) -> str:

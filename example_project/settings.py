@@ -84,6 +84,8 @@ OJS_API_AUTH = env.str("OJS_API_AUTH", default="api_key")
 OJS_RESPONSE_CONTENT_TYPE = env.str(
     "OJS_RESPONSE_CONTENT_TYPE", default="application/openjobspec+json"
 )
+# A built official OJS admin UI to serve at /ojs/admin/ (docs: "Use the official admin UI").
+OJS_ADMIN_UI_DIR = env.str("OJS_ADMIN_UI_DIR", default=None)
 # Seconds between an execution timeout and the server failing the attempt (timeouts §5.4).
 OJS_GRACE_PERIOD = env.float("OJS_GRACE_PERIOD", default=30.0)
 

@@ -1,7 +1,8 @@
 """Routes of the OJS HTTP binding, relative to where the project mounts ``django_ojs.urls``.
 
 ``manifest`` and ``v1/...`` (HB §3.1, Appendix A). No trailing slashes; anything else under
-the mount point is an OJS 404 (the last pattern), never an HTML page or a redirect.
+the mount point is an OJS 404 (the last pattern), never an HTML page or a redirect, except
+``admin/...``: the official admin UI's pages when ``OJS_ADMIN_UI_DIR`` is set.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from django_ojs.api import views
 from django_ojs.api.views import admin as admin_views
+from django_ojs.api.views.admin_ui import admin_ui
 
 v1: list[URLPattern | URLResolver] = [
     path("health", views.HealthView.as_view(), name="health"),
@@ -109,5 +111,9 @@ urlpatterns = [
     path("manifest", views.ManifestView.as_view(), name="manifest"),
     path("metrics", views.MetricsView.as_view(), name="metrics"),
     path("v1/", include(v1)),
+    # The official admin UI (OJS_ADMIN_UI_DIR): its files and the app's deep links.
+    path("admin", admin_ui, name="admin-ui-root"),
+    path("admin/", admin_ui, name="admin-ui"),
+    path("admin/<path:path>", admin_ui, name="admin-ui-path"),
     re_path(r"^.*$", views.NotFoundView.as_view(), name="not-found"),
 ]

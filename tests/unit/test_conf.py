@@ -25,3 +25,14 @@ def test_the_settings_fixture_is_followed_too(settings):  # pytest-django's fixt
     assert ojs.STORE_EVENTS is False
     del settings.OJS_STORE_EVENTS
     assert ojs.STORE_EVENTS is True
+
+
+def test_admin_ui_dir__is_a_path_or_none():
+    from pathlib import Path
+
+    assert settings.ADMIN_UI_DIR is None
+    for value in ("/srv/ui", Path("/srv/ui")):
+        with override_settings(OJS_ADMIN_UI_DIR=value):
+            assert Path("/srv/ui") == settings.ADMIN_UI_DIR
+    with override_settings(OJS_ADMIN_UI_DIR=""):
+        assert settings.ADMIN_UI_DIR is None
