@@ -15,10 +15,13 @@ admin         yes      yes      yes     yes      yes
 ============  =======  =======  ======  =======  =====
 
 Bearer API keys (``django_ojs.apikeys``) carry their ``scope`` as the role and may be
-limited to some queues (security §7.1). Active staff users with a Django session are
-``admin`` on every queue (CSRF is enforced for them). ``OJS_API_AUTH = "none"`` opens every
-endpoint. Missing or bad credentials give 401; a role without the endpoint's operation, or
-a queue outside the key's allowlist, gives 403 ``permission_denied``.
+limited to some queues (security §7.1). Active staff users with a Django session (the
+official admin UI, a browser; CSRF is enforced for them) may perform the operations
+their Django permissions allow, the same ones the Django admin lets them perform
+(:data:`STAFF_PERMISSIONS`); a superuser has every permission, so is ``admin``.
+``OJS_API_AUTH = "none"`` opens every endpoint. Missing or bad credentials give 401; a
+role without the endpoint's operation, or a queue outside the key's allowlist, gives 403
+``permission_denied``.
 """
 
 from __future__ import annotations
@@ -58,6 +61,19 @@ ROLES: dict[str, frozenset[str]] = {
 }
 
 
+#: The Django permissions a staff session needs for each operation: what the Django admin
+#: asks of the same user for the same work (its job, dead letter, queue and worker pages).
+#: ``admin`` (pausing queues, deleting jobs, directing workers, the admin API's bulk and
+#: system operations) needs all three of the admin's operator permissions.
+STAFF_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    INSPECT: ("ojs.view_job",),
+    ENQUEUE: ("ojs.add_job",),
+    CANCEL: ("ojs.cancel_job",),
+    DEQUEUE: ("ojs.change_job",),
+    MANAGE: ("ojs.pause_queue", "ojs.purge_job", "ojs.direct_worker"),
+}
+
+
 def roles_for(operation: str) -> list[str]:
     """The roles allowed to perform ``operation``, in :data:`ROLES` order."""
     return [role for role, allowed in ROLES.items() if operation in allowed]
@@ -72,9 +88,13 @@ class Principal:
     #: Queue names or ``prefix*`` patterns; ``None``: every queue.
     queues: tuple[str, ...] | None = None
     key: ApiKey | None = None
+    #: What a staff session may do (from its Django permissions); ``None``: its role's.
+    allowed: frozenset[str] | None = None
 
     @property
     def operations(self) -> frozenset[str]:
+        if self.allowed is not None:
+            return self.allowed
         if self.role is None:
             return frozenset(OPERATIONS)  # OJS_API_AUTH = "none"
         return ROLES.get(self.role, frozenset())
@@ -176,8 +196,21 @@ def principal(request: Request) -> Principal | None:
         return Principal(key.principal, key.scope, tuple(key.queues) or None, key)
     user = request.user
     if user is not None and user.is_authenticated and user.is_active and user.is_staff:
-        return Principal(f"user:{user.get_username()}", ADMIN)
+        return staff_principal(user)
     return None
+
+
+def staff_principal(user: Any) -> Principal:
+    """A staff user's rights over HTTP: the operations their Django permissions allow
+    (:data:`STAFF_PERMISSIONS`), reported as the §7.5 role they add up to."""
+    perms = user.get_all_permissions()
+    allowed = frozenset(
+        operation
+        for operation, needed in STAFF_PERMISSIONS.items()
+        if user.is_superuser or all(p in perms for p in needed)
+    )
+    role = next((r for r in (ADMIN, OPERATOR) if ROLES[r] <= allowed), None)
+    return Principal(f"user:{user.get_username()}", role or "staff", allowed=allowed)
 
 
 def operation_of(view: APIView, method: str) -> str | None:

@@ -254,7 +254,7 @@ def test_the_official_admin_ui_against_django_ojs(browser, built_ui, live_server
     from selenium.webdriver.support.ui import WebDriverWait
 
     settings.OJS_ADMIN_UI_DIR = str(built_ui)
-    User.objects.create_user("ops", password="ops-pw", is_staff=True)
+    User.objects.create_user("ops", password="ops-pw", is_staff=True, is_superuser=True)
     _seed()
     traffic = Traffic(browser)
     base = f"{live_server.url}/ojs/admin/"
@@ -333,7 +333,7 @@ def test_writes_with_a_csrf_cookie_scripts_cannot_read(browser, built_ui, live_s
 
     settings.OJS_ADMIN_UI_DIR = str(built_ui)
     settings.CSRF_COOKIE_HTTPONLY = True
-    User.objects.create_user("ops", password="ops-pw", is_staff=True)
+    User.objects.create_user("ops", password="ops-pw", is_staff=True, is_superuser=True)
     lifecycle.enqueue("report.build", [{"month": "2026-11"}], queue="reports")
     base = f"{live_server.url}/ojs/admin/"
     _log_in(browser, base)

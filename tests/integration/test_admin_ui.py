@@ -205,7 +205,9 @@ def test_without_a_readable_csrf_cookie__the_shim_uses_the_page_token(staff, ui_
 def test_the_page_token__lets_the_session_write(ui_dir):
     """What the shim sends (the page's token in X-CSRFToken) passes Django's CSRF check."""
     client = Client(enforce_csrf_checks=True)
-    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    client.force_login(
+        User.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    )
     Queue.objects.create(name="default")
     url = "/ojs/v1/admin/queues/default/pause"
     # The UI's request: JSON content type, no body.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import override_settings
 from django.utils import timezone
 from uuid6 import uuid7
@@ -281,8 +281,20 @@ def test_other_authorization_schemes__are_not_keys():
     assert_ojs_error(api.get("/queues"), 401, "unauthenticated")
 
 
+def staff_user(username: str, *perms: str, superuser: bool = False) -> User:
+    user = User.objects.create_user(username, password="pw", is_staff=True)
+    user.is_superuser = superuser
+    user.save()
+    for perm in perms:
+        app_label, codename = perm.split(".")
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    return User.objects.get(pk=user.pk)  # no cached permissions
+
+
 def test_staff_session__may_use_admin_endpoints_with_csrf():
-    staff = User.objects.create_user("ops", password="pw", is_staff=True)
+    staff = staff_user("ops", superuser=True)
     api = OJSClient(enforce_csrf_checks=True)
     api.client.force_login(staff)
     assert api.get("/dead-letter").status_code == 200
@@ -291,6 +303,49 @@ def test_staff_session__may_use_admin_endpoints_with_csrf():
     token = "A" * 32  # a CSRF secret: the cookie and the header must carry the same one
     api.client.cookies["csrftoken"] = token
     assert api.post("/queues/default/pause", headers={"X-CSRFToken": token}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("perms", "allowed", "denied"),
+    [
+        # What the Django admin lets the same user do, the API lets them do.
+        (("ojs.view_job",), ["inspect"], ["cancel", "manage", "enqueue"]),
+        (("ojs.view_job", "ojs.cancel_job"), ["inspect", "cancel"], ["manage", "enqueue"]),
+        (("ojs.add_job",), ["enqueue"], ["inspect"]),
+        (
+            ("ojs.view_job", "ojs.pause_queue", "ojs.purge_job", "ojs.direct_worker"),
+            ["inspect", "manage"],
+            ["cancel"],
+        ),
+        ((), [], ["inspect", "enqueue", "cancel", "manage"]),
+    ],
+)
+def test_staff_session__may_do_what_its_django_permissions_allow(perms, allowed, denied):
+    JobFactory(state="available", queue="default")
+    target = JobFactory(state="available", queue="default")
+    calls = {
+        "inspect": lambda api: api.get("/dead-letter"),
+        "enqueue": lambda api: api.post("/jobs", {"type": "a.b", "args": []}),
+        "cancel": lambda api: api.delete(f"/jobs/{target.id}"),
+        "manage": lambda api: api.post("/queues/default/pause"),
+    }
+    api = OJSClient()
+    api.client.force_login(staff_user("ops", *perms))
+    for operation in allowed:
+        response = calls[operation](api)
+        assert response.status_code in (200, 201), (operation, response.body)
+    for operation in denied:
+        error = assert_ojs_error(calls[operation](api), 403, "permission_denied")
+        assert error["details"]["granted_scopes"] in (["staff"], ["operator"]), error
+
+
+def test_staff_session__a_superuser_is_admin_and_staff_without_permissions_is_not():
+    from django_ojs.api.permissions import ADMIN, OPERATOR, staff_principal
+
+    assert staff_principal(staff_user("root", superuser=True)).role == ADMIN
+    operator = staff_user("op", "ojs.view_job", "ojs.add_job", "ojs.cancel_job")
+    assert staff_principal(operator).role == OPERATOR
+    assert staff_principal(staff_user("plain")).operations == frozenset()
 
 
 def test_non_staff_session__403():
