@@ -3,8 +3,9 @@
 ``tests/openapi.yaml`` is the upstream OJS schema (``spec/openapi.yaml`` of the Open Job
 Spec, copied unchanged; django-ojs does not serve a schema of its own). Schemathesis
 generates requests from it, valid and invalid, and sends them to the Django WSGI app with
-an admin key; the only check is ``not_a_server_error``. Operations django-ojs does not
-implement (cron, workflows, admin, debug, per-job events) are left out: they are 404s.
+an admin key; the only check is ``not_a_server_error``. Every operation django-ojs serves
+is in: the core binding, cron, workflows and the admin API. What it does not serve (the
+debug endpoints, per-job and per-queue event streams, the WebSocket) is left out: 404s.
 """
 
 from __future__ import annotations
@@ -28,8 +29,20 @@ pytestmark = pytest.mark.django_db
 SCHEMA = Path(__file__).resolve().parents[1] / "openapi.yaml"
 SERVED = (
     r"^/ojs/(manifest|v1/(health|jobs|jobs/batch|jobs/\{id\}|workers/(fetch|ack|nack|heartbeat)"
-    r"|queues|queues/\{name\}/(stats|pause|resume)|dead-letter|dead-letter/\{id\}(/retry)?))$"
+    r"|queues|queues/\{name\}/(stats|pause|resume)|dead-letter|dead-letter/\{id\}(/retry)?"
+    r"|dead-letter/retry|cron|cron/\{name\}|workflows|workflows/\{id\}|admin/.+))$"
 )
+#: The schema's paths django-ojs does not serve (each a 404), named so that a new path in
+#: the schema is a decision, not an accident.
+NOT_SERVED = {
+    "/ojs/v1/jobs/{id}/events",
+    "/ojs/v1/queues/{name}/events",
+    "/ojs/v1/ws",
+    "/ojs/v1/debug/status",
+    "/ojs/v1/debug/jobs/{id}/traces",
+    "/ojs/v1/debug/jobs/{id}/traces/{attempt}",
+    "/ojs/v1/debug/failures",
+}
 
 schema = schemathesis.openapi.from_path(SCHEMA).include(path_regex=SERVED)
 
@@ -52,7 +65,11 @@ def auth() -> dict[str, str]:
 
 
 def test_the_schema_covers_the_served_operations():
-    assert len(list(schema.get_all_operations())) >= 15
+    everything = schemathesis.openapi.from_path(SCHEMA)
+    paths = {op.ok().path for op in everything.get_all_operations()}
+    served = {op.ok().path for op in schema.get_all_operations()}
+    assert paths - served == NOT_SERVED
+    assert {"/ojs/v1/cron", "/ojs/v1/workflows", "/ojs/v1/admin/jobs"} <= served
 
 
 @schema.parametrize()
