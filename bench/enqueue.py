@@ -62,7 +62,7 @@ def retain(n: int) -> None:
     afterwards, as autovacuum would have done on a live table."""
     from django.db import connection
 
-    from django_ojs.drivers.postgresql import UUID7_SQL
+    from django_ojs.drivers.postgresql.statements import UUID7_SQL
 
     if not n:
         return

@@ -26,7 +26,7 @@ from django.db import connection
 from django.utils import timezone
 
 import django_ojs
-from django_ojs.drivers.postgresql import LISTEN_SQL
+from django_ojs.drivers.postgresql.statements import LISTEN_SQL
 from django_ojs.models import Job, Worker
 from tests.acceptance.conftest import Process, wait_for
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 import django_ojs
 from django_ojs import lifecycle, signals
 from django_ojs.drivers import Completion, get_driver
-from django_ojs.drivers.postgresql import LITERAL_LIMIT_UP_TO
+from django_ojs.drivers.postgresql.shapes import LITERAL_LIMIT_UP_TO
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.push import PUSH_BATCH
 from django_ojs.models import Event, Job, Worker
@@ -190,12 +190,20 @@ def test_fetch_claims_in_one_statement(received, django_capture_on_commit_callba
         jobs = lifecycle.fetch(["default"], 5, worker_id="w-fast")
     assert len(jobs) == 5
     sql = statements(q)
-    # One statement: the worker's upsert, the claim (on the condition that nothing is
-    # due or limited) and its job.started events; no BEGIN or COMMIT around it.
-    assert len(sql) == 1, sql
-    assert "FOR UPDATE SKIP LOCKED" in sql[0] and "INSERT INTO ojs_worker" in sql[0]
+    # The claim is one statement: the worker's upsert, the claim (on the condition that
+    # nothing is due or limited) and its job.started events; no BEGIN or COMMIT around
+    # it. A worker's first fetch in a process also reads whether it is stopping
+    # (graceful shutdown §5.1), then once a second.
+    claims = [s for s in sql if "FOR UPDATE SKIP LOCKED" in s]
+    assert len(claims) == 1 and "INSERT INTO ojs_worker" in claims[0], sql
+    assert len(sql) == 2 and "ojs_worker" in next(s for s in sql if s not in claims), sql
     assert Worker.objects.get(id="w-fast").queues == ["default"]
     assert_signalled_as_stored(received, {"job.started"})
+    django_ojs.enqueue_many([{"type": "fast.fetch", "args": [i]} for i in range(5)])
+    with django_capture_on_commit_callbacks(execute=True), CaptureQueriesContext(connection) as q:
+        assert len(lifecycle.fetch(["default"], 5, worker_id="w-fast")) == 5
+    sql = statements(q)
+    assert len(sql) == 1 and "FOR UPDATE SKIP LOCKED" in sql[0], sql  # the next: the claim
 
 
 def test_fetch_of_an_empty_queue_still_registers_the_worker():
@@ -215,10 +223,19 @@ def test_fetch_with_a_due_job_promotes_it_and_registers_the_worker_once():
     assert Worker.objects.filter(id="w-due").count() == 1
 
 
+def known(worker_id: str) -> None:
+    """This process has read ``worker_id``'s state (as after its first fetch): its next
+    fetches in the second run the claim alone."""
+    from django_ojs.lifecycle import workers
+
+    assert not workers.stopping(worker_id, connection.alias)
+
+
 def test_a_fetch_of_a_few_fields_is_still_one_claim_statement():
     # The claim sorts what it claimed by priority: asking for other fields must not
     # defer priority and cost one query per job.
     django_ojs.enqueue_many([{"type": "fast.few", "args": [i], "priority": i} for i in range(5)])
+    known("w-few")
     with CaptureQueriesContext(connection) as q:
         jobs = lifecycle.fetch(["default"], 5, worker_id="w-few", fields=("type",))
     assert [j.args for j in jobs] == [[4], [3], [2], [1], [0]]  # args: deferred, loaded now
@@ -228,6 +245,7 @@ def test_a_fetch_of_a_few_fields_is_still_one_claim_statement():
 def test_a_fetch_that_leaves_room_looks_for_limited_jobs_once():
     # A fetch that registers its worker (HTTP): the claim with the worker's upsert, then
     # one look for due or rate-limited jobs (none here) to tell an empty queue.
+    known("w-fast")
     with CaptureQueriesContext(connection) as q:
         assert lifecycle.fetch(["default"], 5, worker_id="w-fast") == []
     sql = statements(q)

@@ -86,7 +86,7 @@ def test_init_receivers_hear_of_pushed_jobs():
 def test_no_json_field_of_a_job_has_a_decoder():
     # Claims and completions read rows in binary: PostgreSQL's jsonb arrives decoded by
     # json.loads, and JSONField.from_db_value is not called. A custom decoder would be
-    # skipped, so there must be none (drivers/postgresql.py, PostgreSQLDriver._load).
+    # skipped, so there must be none (drivers/postgresql/driver.py, PostgreSQLDriver._load).
     json_fields = [f for f in Job._meta.concrete_fields if isinstance(f, models.JSONField)]
     assert len(json_fields) >= 5
     assert [f.name for f in json_fields if f.decoder is not None] == []

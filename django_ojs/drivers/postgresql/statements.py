@@ -1,0 +1,522 @@
+"""The PostgreSQL driver's statements: each a named constant with the reason the ORM is
+not enough, or the pieces the shapes (:mod:`.shapes`) are built from.
+
+The only SQL of django-ojs, with the rest of this package (the architecture test checks
+that no module outside ``drivers`` holds any).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django_ojs.drivers.base import (
+    EventMode,
+)
+from django_ojs.models import Job, Worker
+
+#: SQLSTATE of a lock not had within lock_timeout.
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+CHANNEL = "ojs_job_available"
+
+
+JOB_FIELDS = tuple(Job._meta.concrete_fields)
+
+
+JOB_COLUMNS = tuple(f.column for f in JOB_FIELDS)
+
+
+JSON_JOB_COLUMNS = frozenset(
+    i for i, f in enumerate(JOB_FIELDS) if f.get_internal_type() == "JSONField"
+)
+
+
+EVENT_COLUMNS = ("id", "type", "source", "subject", "time", "job_id", "queue", "data")
+
+
+EVENT_COLUMN_LIST = ", ".join(EVENT_COLUMNS)
+
+
+EVENT_PLACEHOLDERS = "(" + ", ".join(["%s"] * len(EVENT_COLUMNS)) + ")"
+
+
+# A UUIDv7 made by PostgreSQL 13+ (no uuidv7() before 18), per row of a statement that
+# builds events: the millisecond of the events' time (``%(now)s``, 48 bits: an id says
+# where its event is in ojs_event_time_idx, see Event.objects.with_id, so no unique
+# index on the ids is kept), the version nibble 7, then 12 random bits, the RFC 9562
+# variant and 62 random bits. The random bits are the session's random() (xoshiro,
+# seeded from the system's strong random), XORed with 62 strong-random bits drawn once
+# per statement: the previous expression, a strong-random UUID per row, cost 3.7-4.2 µs
+# per row on the project's PostgreSQL, this one 0.8 µs per row and about 4 µs once per
+# statement (the time and the strong bits are uncorrelated subqueries, which PostgreSQL
+# evaluates once): less from 2 rows on, and the events of claims, ACKs and bulk pushes
+# come by the hundred. If the caller's session has called setseed(), random() repeats
+# from that seed, but never within one statement, and the strong bits still differ from
+# statement to statement. The millisecond is taken from the time truncated to it, in
+# whole numbers (PostgreSQL 13's extract() is a double: 0.123 s * 1000 may be 122.99…).
+_UUID7_HIGH_SQL = (
+    "(SELECT (round(extract(epoch FROM date_trunc('milliseconds', %(now)s::timestamptz))"
+    " * 1000)::bigint << 16) | 28672)"
+)
+
+
+_UUID7_LOW_SQL = (
+    "(SELECT x'8000000000000000'::bigint"
+    " | (('x' || encode(substring(uuid_send(gen_random_uuid()) FROM 9), 'hex'))::bit(64)::bigint"
+    " & 4611686018427387903))"
+)
+
+
+UUID7_SQL = (
+    f"encode(int8send({_UUID7_HIGH_SQL} | floor(random() * 4096)::bigint)"
+    f" || int8send({_UUID7_LOW_SQL} # floor(random() * 4611686018427387904)::bigint),"
+    " 'hex')::uuid"
+)
+
+
+# Events §8.3: a job's meta.trace_id travels in every event's data (as base.job_data does
+# in Python); shared by every statement that builds job events from rows.
+_HAS_TRACE_ID_SQL = """jsonb_typeof(meta -> 'trace_id') IS NOT NULL
+                     AND jsonb_typeof(meta -> 'trace_id') <> 'null'"""
+
+
+def _event_select(
+    kind: str, pairs: str, source: str, *, variants: Sequence[tuple[str, str]] = ()
+) -> str:
+    """``SELECT`` of event rows (``EVENT_COLUMNS``) for the job rows of ``source``.
+
+    An event's data is one ``jsonb_build_object`` of the job's keys, ``pairs`` (more
+    keys and values, in SQL) and the trace id when the job's meta has one. ``variants``
+    are keys only some rows have: ``(condition, pairs)`` in order, the last one's
+    condition unused (it is the ``ELSE``). Each variant is a whole object of its own,
+    not an object merged with ``||``: a merge copies the data, and one object instead
+    of four cut the data's cost per row by a third (2.3 against 3.6 µs on the project's
+    PostgreSQL), one instead of two by half again (2.0 against 4.6 µs).
+    """
+    keys = "'job_type', type, 'state', state"  # job_id and queue are columns (job_data)
+    if pairs:
+        keys = f"{keys}, {pairs}"
+
+    def objects(keys: str) -> str:
+        if not variants:
+            return f"jsonb_build_object({keys})"
+        whens = [
+            f"WHEN {condition} THEN jsonb_build_object({_join(keys, more)})"
+            for condition, more in variants[:-1]
+        ]
+        last = f"ELSE jsonb_build_object({_join(keys, variants[-1][1])})"
+        return "CASE " + "\n                 ".join([*whens, last]) + " END"
+
+    data = f"""CASE WHEN {_HAS_TRACE_ID_SQL}
+                THEN {objects(f"{keys}, 'trace_id', meta -> 'trace_id'")}
+                ELSE {objects(keys)} END"""
+    return f"""SELECT {UUID7_SQL} AS id, {kind} AS type, %(source)s::text AS source,
+        id::text AS subject, %(now)s::timestamptz AS time, id AS job_id, queue,
+        {data} AS data
+    FROM {source}"""
+
+
+def _join(*pairs: str) -> str:
+    return ", ".join(p for p in pairs if p)
+
+
+def event_cte_sql(name: str, select: str, mode: EventMode) -> str:
+    """A CTE ``name`` whose rows are the events ``select`` builds.
+
+    Stored modes insert them into ``ojs_event`` (``RETURNING`` them when they are to be
+    returned); RETURN only builds them (``OJS_STORE_EVENTS`` off and a receiver wants
+    them); NONE adds no CTE.
+    """
+    if mode is EventMode.NONE:
+        return ""
+    if mode.stored:
+        returning = f" RETURNING {EVENT_COLUMN_LIST}" if mode.returned else ""
+        select = f"INSERT INTO ojs_event ({EVENT_COLUMN_LIST}) {select}{returning}"
+    return f", {name} AS ({select})"
+
+
+# Why raw SQL: the claim must be ONE round trip that locks, updates and returns the rows
+# (as Oban, River and procrastinate do). The ORM cannot express UPDATE … FROM (SELECT …
+# FOR UPDATE SKIP LOCKED) … RETURNING. The CTE is an optimisation fence: PostgreSQL plans
+# the inner SELECT on its own, walking ojs_job_claim_idx (queue, priority DESC, id) over
+# available rows only, and SKIP LOCKED makes concurrent claimers pass over each other's
+# rows instead of queueing behind them (OJS core §6.5(2): exactly one worker claims a job).
+# Paused queues are excluded in the same statement, and jobs past their stale_at (expiry,
+# enqueue TTL, total timeout) are left for the reaper to discard. The deadlines follow
+# policy.effective: the job's value, else the configured default (all in ms).
+# The claimed rows are updated through ``id = ANY(ARRAY(SELECT id FROM next))``, which
+# only the primary key serves, not a join to ``next``: for the join, PostgreSQL's plans
+# read the whole table into a hash (with 50,000 jobs waiting, a claim of 500 took 31 ms
+# instead of 20 ms, and a prepared claim of one job 12 ms instead of 1 ms).
+CLAIM_SQL = """
+WITH {touch}next AS (
+    SELECT id FROM ojs_job
+    WHERE state = 'available' AND queue = %(queue)s AND {which}
+      AND (stale_at IS NULL OR stale_at > %(now)s)
+      AND NOT EXISTS (SELECT 1 FROM ojs_queue q WHERE q.name = %(queue)s AND {gate})
+    ORDER BY priority DESC, id
+    LIMIT {limit}
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+UPDATE ojs_job AS j SET
+    state = 'active',
+    attempt = j.attempt + 1,
+    started_at = %(now)s,
+    worker_id = %(worker_id)s,
+    heartbeat_at = %(now)s,
+    visible_until = %(now)s + make_interval(
+        secs => COALESCE(%(visibility_ms)s, j.visibility_timeout_ms, %(default_visibility_ms)s)
+                / 1000.0),
+    timeout_at = %(now)s + make_interval(
+        secs => (COALESCE(j.timeout_ms, %(default_timeout_ms)s)
+                 + COALESCE(j.grace_period_ms, %(default_grace_ms)s)) / 1000.0),
+    stalled_at = %(now)s + make_interval(
+        secs => COALESCE(j.heartbeat_timeout_ms, %(default_heartbeat_ms)s) / 1000.0),
+    stale_at = LEAST(j.expires_at, j.deadline_at)
+WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+RETURNING {returning}
+){events}
+SELECT {columns} FROM claimed AS c{join}
+"""
+
+
+# What the job.started events read from the claimed rows.
+CLAIM_EVENT_COLUMNS = ("id", "type", "queue", "state", "attempt", "meta")
+
+
+# The job.started events of a claim, built from the rows it claimed: with the claiming
+# worker's id when there is one (the statement is built for either case).
+CLAIM_EVENTS = _event_select("'job.started'", "'attempt', attempt", "claimed")
+
+
+CLAIM_EVENTS_OF_WORKER = _event_select(
+    "'job.started'", "'attempt', attempt, 'worker_id', %(worker_id)s::text", "claimed"
+)
+
+
+# Why raw SQL: an ACK (one from HTTP, or a worker's batch) is ONE statement instead of
+# BEGIN, SELECT … FOR UPDATE, UPDATE, event INSERT, COMMIT. The UPDATE keeps only rows
+# still active, on the reported attempt (when given) and reserved by the worker (when
+# given; worker protocol §5.6); the job.completed events are built from exactly the rows
+# it changed. NULL results stay SQL NULL, as ``ack(result=None)`` stores them.
+# The jobs are read by primary key (``id = ANY(ids)``), and no other way is open to the
+# planner: each job's attempt and result come from one JSON object keyed by job id
+# (``outcomes``), not from a joined input, and the state test is written
+# ``IS NOT DISTINCT FROM 'active'`` (``= 'active'``, the constant is not NULL), which no
+# index serves. Where the table had no column statistics yet (new, or truncated, until
+# autovacuum analyses it), the planner's guesses made a batch ACK read every job claimed
+# since the last vacuum through ojs_job_active_idx, or rescan the joined input once per
+# job (250,000 rows for a batch of 500): a 30,000-job drain ran 2.4 to 8 times slower.
+# One job (every HTTP ACK) is named by ``id = %(id)s`` (COMPLETE_ONE), not by an array:
+# PostgreSQL plans a prepared ``= ANY(array)`` anew on every call, since its generic plan
+# must assume an array of ten, which costs more than the custom plan for one, and so never
+# wins. Planning this statement took 40 % of an HTTP ACK's time in PostgreSQL (about
+# 0.2 of 0.48 ms); with a scalar id the one generic plan is made once per connection.
+COMPLETE_MANY = "j.id = ANY(%(ids)b::uuid[])"
+
+
+COMPLETE_ONE = "j.id = %(id)s"
+
+
+# A caller whose API key may use some queues only completes jobs of those (the key's
+# names and ``prefix*`` patterns): in the statement, not by a read of the job's queue
+# before it (one round trip less for every ACK of such a worker).
+COMPLETE_QUEUE_GATE = """
+      AND (j.queue = ANY(%(queue_names)s::text[])
+           OR EXISTS (SELECT 1 FROM unnest(%(queue_prefixes)s::text[]) AS qp(prefix)
+                      WHERE starts_with(j.queue, qp.prefix)))"""
+
+
+COMPLETE_SQL = """
+WITH done AS (
+    UPDATE ojs_job AS j SET
+        state = 'completed', completed_at = %(now)s, result = p.outcomes -> j.id::text -> 'r',
+        error = NULL, visible_until = NULL, timeout_at = NULL, stalled_at = NULL
+    FROM (SELECT %(outcomes)s::jsonb AS outcomes) AS p
+    WHERE {which} AND j.state IS NOT DISTINCT FROM 'active'{queue_gate}
+      AND (p.outcomes -> j.id::text -> 'a' IS NULL
+           OR j.attempt = (p.outcomes -> j.id::text -> 'a')::int)
+      AND (%(worker_id)s::text IS NULL OR j.worker_id IS NULL OR j.worker_id = %(worker_id)s)
+      AND (NOT %(without_workflow)s OR j.workflow_id IS NULL)
+    RETURNING {returning}
+){events}
+SELECT {columns} FROM done AS c{join}
+"""
+
+
+# What the job.completed events read from the completed rows.
+COMPLETE_EVENT_COLUMNS = (
+    "id",
+    "type",
+    "queue",
+    "state",
+    "attempt",
+    "started_at",
+    "meta",
+    "result",
+)
+
+
+_DURATION_SQL = "round(extract(epoch FROM %(now)s::timestamptz - started_at) * 1000)::bigint"
+
+
+COMPLETE_EVENTS = _event_select(
+    "'job.completed'",
+    "'attempt', attempt",
+    "done",
+    variants=[
+        ("started_at IS NULL AND result IS NULL", ""),
+        ("started_at IS NULL", "'result', result"),
+        ("result IS NULL", f"'duration_ms', {_DURATION_SQL}"),
+        ("", f"'duration_ms', {_DURATION_SQL}, 'result', result"),
+    ],
+)
+
+
+# Why raw SQL: registering the queues and waking listeners is one round trip instead of
+# two per push. pg_notify inside the pushing transaction is delivered only when (and if)
+# it commits, so a rolled-back job never wakes a worker.
+AFTER_PUSH_SQL = f"""
+WITH registered AS (
+    INSERT INTO ojs_queue (name, paused, created_at)
+    SELECT name, false, now() FROM unnest(%(queues)s::text[]) AS name
+    ON CONFLICT (name) DO NOTHING
+)
+SELECT pg_notify('{CHANNEL}', name) FROM unnest(%(available)s::text[]) AS name
+"""
+
+
+# Why raw SQL: a single push must be as cheap as one insert. The ORM needs four round
+# trips (BEGIN, INSERT job, INSERT event, COMMIT) plus one for the queue/NOTIFY; these
+# data-modifying CTEs do all of it in ONE statement, which PostgreSQL runs atomically, so
+# outside a caller's transaction no BEGIN/COMMIT is needed at all. Inside one, the NOTIFY
+# is still delivered only on commit.
+# Only the job's non-NULL columns are listed (a NULL column is what the INSERT leaves
+# out), and the queue name is one parameter used three times: the statement stays
+# under psycopg's 50 parameters, so its conversion to $n placeholders is cached, and
+# psycopg prepares it on the server (see server_cursor); a few shapes cover a program's pushes.
+PUSH_ONE_SQL = f"""
+WITH job AS (
+    INSERT INTO ojs_job ({{columns}}) VALUES ({{values}})
+), queue AS (
+    INSERT INTO ojs_queue (name, paused, created_at) VALUES (%(queue)s, false, now())
+    ON CONFLICT (name) DO NOTHING
+){{events}}
+SELECT pg_notify('{CHANNEL}', %(queue)s) WHERE %(available)s
+"""
+
+
+_QUEUE_INDEX = JOB_COLUMNS.index("queue")
+
+
+#: The parameter of each job column in PUSH_ONE_SQL (the queue's is used thrice).
+PUSH_ONE_PARAMS = tuple(
+    "queue" if i == _QUEUE_INDEX else f"job{i}" for i in range(len(JOB_COLUMNS))
+)
+
+
+# The event's subject, job id and queue are the job's own parameters.
+_JOB_ID_PARAM = PUSH_ONE_PARAMS[JOB_COLUMNS.index("id")]
+
+
+PUSH_ONE_EVENT_CTE = f""", event AS (
+    INSERT INTO ojs_event ({EVENT_COLUMN_LIST})
+    VALUES (%(event_id)s, %(event_type)s, %(source)s, %({_JOB_ID_PARAM})s::text, %(now)s,
+            %({_JOB_ID_PARAM})s, %(queue)s, %(event_data)s)
+)"""
+
+
+# Why raw SQL: bulk events go through COPY, which is an order of magnitude faster than
+# a multi-row INSERT prepared by the ORM (per-field preparation dominates bulk_create's
+# cost).
+COPY_EVENTS_SQL = f"COPY ojs_event ({EVENT_COLUMN_LIST}) FROM STDIN"
+
+
+# A few event rows: one multi-row INSERT (COPY costs an extra round trip).
+INSERT_EVENTS_SQL = f"INSERT INTO ojs_event ({EVENT_COLUMN_LIST}) VALUES {{rows}}"
+
+
+COPY_THRESHOLD = 50
+
+
+_SCHEDULED_AT_SQL = """to_char(scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')"""
+
+
+#: The job.enqueued / job.scheduled event of each row of ``pushed`` (base.enqueue_event
+#: in Python).
+ENQUEUE_EVENTS = _event_select(
+    "CASE WHEN state = 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END",
+    "",
+    "pushed",
+    variants=[
+        ("state = 'scheduled' AND scheduled_at IS NULL", ""),
+        ("state = 'scheduled'", f"'scheduled_at', {_SCHEDULED_AT_SQL}"),
+        ("scheduled_at IS NULL", "'priority', priority"),
+        ("", f"'priority', priority, 'scheduled_at', {_SCHEDULED_AT_SQL}"),
+    ],
+)
+
+
+# Why raw SQL: advisory locks have no ORM equivalent. The transaction-scoped variant is
+# released at COMMIT/ROLLBACK, so a reaper that dies can never keep the leadership.
+TRY_LOCK_SQL = "SELECT pg_try_advisory_xact_lock(hashtext(%s))"
+
+
+# Why raw SQL: advisory locks have no ORM equivalent. 64-bit hashes of the keys, locked in
+# the order given (sorted by the caller), until the transaction ends.
+LOCK_KEYS_SQL = (
+    "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0)))"
+    " FROM unnest(%s::text[]) WITH ORDINALITY AS t(k, n)"
+)
+
+
+# Why raw SQL: the three statements below run on every fetch of an idle worker (the
+# pickup path of a job pushed to an idle queue); compiled by the ORM each costs more
+# than its round trip. Same conditions as JobQuerySet.due, Driver.touch_worker and
+# the ORM driver's limited_candidates.
+DUE_PROBE_SQL = """
+SELECT 1 FROM ojs_job
+WHERE ((state = 'scheduled' AND scheduled_at <= %(now)s)
+       OR (state = 'retryable' AND next_attempt_at <= %(now)s))
+  AND (%(all)s OR queue = ANY(%(queues)s::text[]))
+LIMIT 1
+"""
+
+
+# An idle worker's fetch asks both questions of Driver.look in one lock-free statement.
+# A row another transaction is promoting still reads as due (its old version), so the
+# fetch then takes the path that waits for it.
+_DUE_SQL = """EXISTS (SELECT 1 FROM ojs_job WHERE state = 'scheduled' AND scheduled_at <= %(now)s
+                 AND queue = ANY(%(queues)s::text[]))
+    OR EXISTS (SELECT 1 FROM ojs_job WHERE state = 'retryable' AND next_attempt_at <= %(now)s
+                 AND queue = ANY(%(queues)s::text[]))"""
+
+
+_LIMITED_SQL = """EXISTS (SELECT 1 FROM ojs_job WHERE state = 'available' AND rate_key IS NOT NULL
+                 AND queue = ANY(%(queues)s::text[]))
+    OR EXISTS (SELECT 1 FROM ojs_queue WHERE name = ANY(%(queues)s::text[])
+                 AND limits IS NOT NULL)"""
+
+
+LOOK_SQL = f"SELECT {_DUE_SQL},\n       {_LIMITED_SQL}\n"
+
+
+# After a claim of claim_if_clear that found nothing: the look, and whether the queue has
+# a job the claim could take (it may have been held back by a job due at its snapshot).
+AFTER_EMPTY_CLAIM_SQL = f"""SELECT {_DUE_SQL},
+       {_LIMITED_SQL},
+       EXISTS (SELECT 1 FROM ojs_job WHERE state = 'available' AND queue = %(queue)s
+                 AND rate_key IS NULL AND (stale_at IS NULL OR stale_at > %(now)s))
+"""
+
+
+# The claim of claim_if_clear: the same look, as a condition the claim checks once
+# (an uncorrelated subquery: PostgreSQL evaluates it one time, before any row).
+CLEAR_SQL = f"NOT ({_DUE_SQL}\n    OR {_LIMITED_SQL})"
+
+
+# A claim that may commit without waiting for the WAL flush (Driver.claim's durable=False):
+# synchronous_commit off for its transaction only (set_config's is_local), set by the
+# claim statement itself, so that a claim outside any transaction stays one statement.
+# An uncorrelated condition: PostgreSQL evaluates it once, before the first row.
+RELAXED_COMMIT_SQL = "(SELECT set_config('synchronous_commit', 'off', true)) = 'off'"
+
+
+WORKER_FIELDS = tuple(Worker._meta.concrete_fields)
+
+
+WORKER_PARAMS = tuple(f"w{i}" for i in range(len(WORKER_FIELDS)))
+
+
+TOUCH_WORKER_SQL = f"""INSERT INTO ojs_worker ({", ".join(f'"{f.column}"' for f in WORKER_FIELDS)})
+VALUES ({", ".join(f"%({name})s" for name in WORKER_PARAMS)})
+ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = EXCLUDED.last_heartbeat_at"""
+
+
+# An HTTP worker's fetch records its sign of life in its claim statement: one round trip
+# instead of BEGIN, the upsert, the claim and COMMIT. The CTE runs whether or not the
+# claim finds work (PostgreSQL runs every data-modifying CTE to completion).
+TOUCH_WORKER_CTE = f"touched AS (\n{TOUCH_WORKER_SQL}\n), "
+
+
+LIMITED_CANDIDATES_SQL = """
+SELECT id, rate_key, rate_limit FROM ojs_job
+WHERE state = 'available' AND queue = %(queue)s
+  AND (rate_key IS NOT NULL
+       OR EXISTS (SELECT 1 FROM ojs_queue q WHERE q.name = %(queue)s AND q.limits IS NOT NULL))
+  AND (stale_at IS NULL OR stale_at > %(now)s)
+ORDER BY priority DESC, id
+LIMIT %(limit)s
+"""
+
+
+# Why raw SQL: the planner's statistics are only in PostgreSQL's catalog. The job table
+# (or its partitions) when it holds twice the rows it held at its last analysis:
+# autovacuum analyses a table after 10 % of it changed, but only a minute or more later,
+# and a table filled in the meantime keeps the statistics of the empty one. Planned on
+# those, a claim read every available job through ojs_job_state_queue_idx and sorted
+# them to take the first 500 (40 ms instead of 20 ms with 50,000 waiting; 33 ms instead
+# of 1 ms for one job with 100,000). Only tables this role may analyse (it owns them,
+# or is a superuser): ANALYZE skips the others with a warning and leaves their count of
+# changes as it was, so every pass would try again. Rows held, not rows changed: claims
+# and completions change no row count, and counted as changes they made the reaper
+# analyse the table halfway through every backlog a worker drained (128 ms of
+# PostgreSQL's time for 20,000 jobs, amid the drain).
+# The count of rows held lags, though: a session reports its inserts at most once a
+# second, and one that then waits idle reports them up to 10 s later (PostgreSQL 15+),
+# so a worker started right after a bulk push saw an empty table and drained 50,000
+# jobs in 4.4-4.8 s instead of 2.9-3.3 (its plans, and every count of the jobs, read
+# the whole table). A table that was all but empty at its last analysis or vacuum
+# (fewer than ``min_pages`` pages) is analysed as soon as its file holds ``min_pages``
+# and twice its pages then: a size PostgreSQL knows at once. The analysis records
+# the pages it saw, so this happens once per filling, not once per pass.
+STALE_JOB_TABLES_SQL = r"""
+SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.relname ~ '^ojs_job(_p\d{8}|_default)?$' AND c.relkind = 'r'
+  AND pg_catalog.pg_table_is_visible(s.relid)
+  AND pg_catalog.pg_has_role(c.relowner, 'USAGE')
+  AND (s.n_live_tup >= GREATEST(%(min_rows)s, 2 * c.reltuples)
+       OR (c.relpages < %(min_pages)s
+           AND pg_catalog.pg_relation_size(c.oid)
+               >= GREATEST(%(min_pages)s, 2 * c.relpages)
+                  * current_setting('block_size')::bigint))
+ORDER BY s.relname
+"""
+
+
+# Why raw SQL: LISTEN has no ORM equivalent.
+LISTEN_SQL = "LISTEN " + CHANNEL
+
+
+#: The optional GIN indexes for ``args``/``meta`` containment (``@>``): index → column.
+#: ``jsonb_path_ops`` indexes serve ``@>`` only, and are smaller and faster than the
+#: default operator class. Created by ``manage.py ojs_search_index --create``.
+SEARCH_INDEXES = {"ojs_job_args_gin": "args", "ojs_job_meta_gin": "meta"}
+
+
+INDEX_VALID_SQL = """
+SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE c.relname = %(name)s AND pg_catalog.pg_table_is_visible(c.oid)
+"""
+
+
+INDEXES_PRESENT_SQL = """
+SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE c.relname = ANY(%(names)s) AND i.indisvalid AND pg_catalog.pg_table_is_visible(c.oid)
+"""
+
+
+#: The job types present, one index probe each: a "skip scan", a recursive query that
+#: jumps from one type to the next along ``ojs_job_type_idx`` (PostgreSQL 15 has no skip
+#: scan of its own), instead of reading every row for a ``DISTINCT``.
+DISTINCT_TYPES_SQL = """
+WITH RECURSIVE t(type, n) AS (
+    (SELECT type, 1 FROM ojs_job ORDER BY type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.type FROM ojs_job j WHERE j.type > t.type ORDER BY j.type LIMIT 1),
+           t.n + 1
+    FROM t WHERE t.type IS NOT NULL AND t.n < %s
+)
+SELECT type FROM t WHERE type IS NOT NULL
+"""
