@@ -764,6 +764,20 @@ WHERE c.relname = ANY(%(names)s) AND i.indisvalid AND pg_catalog.pg_table_is_vis
 """
 
 
+# Why a lock and not a query: a sequence number is taken when a row is inserted, but the
+# row is visible only when its transaction commits, so the highest visible ``seq`` does
+# not tell whether a lower one is still on its way. SHARE conflicts with the ROW
+# EXCLUSIVE lock every INSERT holds until its transaction ends: once SHARE is granted, no
+# transaction that inserted an event is still open, and any ``seq`` missing below the
+# highest one is gone for good. The lock is held for one SELECT; pushes queue behind it
+# while it waits, so the wait is short (``lock_timeout``) and the webhook dispatcher takes
+# it only for a gap that outlived its ordinary wait.
+SETTLED_EVENT_SEQ_SQL = (
+    "LOCK TABLE ojs_event IN SHARE MODE",
+    "SELECT coalesce(max(seq), 0) FROM ojs_event",
+)
+
+
 class PostgreSQLDriver(OrmDriver):
     vendor = "postgresql"
 
@@ -1000,6 +1014,22 @@ class PostgreSQLDriver(OrmDriver):
             _unless_lock_busy(exc, partition.table)
             return False
         return True
+
+    def settled_event_seq(self, *, timeout: float) -> int | None:
+        try:
+            with transaction.atomic(using=self.using), _cursor(connections[self.using]) as cursor:
+                cursor.execute(
+                    "SELECT set_config('lock_timeout', %s, true)",
+                    [f"{max(1, int(timeout * 1000))}ms"],
+                )
+                lock, read = SETTLED_EVENT_SEQ_SQL
+                cursor.execute(lock)
+                cursor.execute(read)
+                return int(cursor.fetchone()[0])
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            return None
 
     def touch_worker(self, worker_id: str, queues: list[str], now: datetime) -> None:
         with _cursor(connections[self.using]) as cursor:
