@@ -35,8 +35,10 @@ from django_ojs.exceptions import ValidationError, WebhookNotFound
 from django_ojs.lifecycle import audit
 from django_ojs.lifecycle.push import push_many
 from django_ojs.lifecycle.rows import build_spec
+from django_ojs.lifecycle.settle import cancel
 from django_ojs.lifecycle.store import db
-from django_ojs.models import Event, WebhookCursor, WebhookSubscription
+from django_ojs.models import Event, Job, WebhookCursor, WebhookSubscription
+from django_ojs.states import WAITING_STATES
 from django_ojs.webhooks import DELIVER_TYPE, addresses, filters, signing
 
 #: Events read per dispatch transaction.
@@ -212,16 +214,27 @@ def update(
     return subscription
 
 
-def delete(subscription_id: Any, *, actor: Actor | None = None, using: str | None = None) -> None:
-    """Delete a subscription (webhooks §6.5). Its pending deliveries send nothing: each
-    completes with ``{"skipped": "subscription deleted"}`` when a worker takes it."""
+def delete(subscription_id: Any, *, actor: Actor | None = None, using: str | None = None) -> int:
+    """Delete a subscription and cancel its pending deliveries (webhooks §6.5); return how
+    many were cancelled. One running now sends its event; one a worker takes later
+    completes with ``{"skipped": "subscription deleted"}``."""
     using = db(using)
     with transaction.atomic(using=using):
         subscription = _locked(subscription_id, using)
         public_id = subscription.public_id
         subscription.delete(using=using)
-        audit.record(actor, "webhook.delete", using, subscription=public_id)
+        pending = Job.objects.using(using).filter(
+            type=DELIVER_TYPE,
+            state__in=WAITING_STATES,
+            meta__webhook__subscription_id=public_id,
+        )
+        cancelled = 0
+        for job_id in pending.values_list("id", flat=True).iterator():
+            cancel(job_id, reason=f"webhook subscription {public_id} deleted", using=using)
+            cancelled += 1
+        audit.record(actor, "webhook.delete", using, subscription=public_id, cancelled=cancelled)
     forget()
+    return cancelled
 
 
 def rotate_secret(

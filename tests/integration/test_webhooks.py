@@ -184,13 +184,13 @@ def test_delivery__refused_when_the_address_is_no_longer_allowed(open_network, r
     assert "loopback" in job.error["message"]
 
 
-def test_delivery__a_deleted_subscription_sends_nothing(open_network, receiver):
+def test_delivery__an_inactive_subscription_sends_nothing(open_network, receiver):
     sub = subscribe(receiver.url)
     complete_a_job()
     lifecycle.dispatch_webhooks()
-    lifecycle.delete_webhook(sub.public_id)
+    lifecycle.update_webhook(sub.public_id, {"active": False})
     job = run_delivery()
-    assert job.state == "completed" and job.result == {"skipped": "subscription deleted"}
+    assert job.state == "completed" and job.result == {"skipped": "subscription inactive"}
     assert receiver.requests == []
 
 
