@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import threading
 import time
 from datetime import timedelta
 
@@ -337,3 +338,41 @@ def test_create__refuses_http_unless_allowed(settings):
         lifecycle.create_webhook("http://127.0.0.1/hook", ["*"])
     settings.OJS_WEBHOOKS_ALLOW_HTTP = True
     assert lifecycle.create_webhook("http://127.0.0.1/hook", ["*"]).secret.startswith("whsec_")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_worker__an_ojs_worker_on_the_webhook_queue_delivers(open_network, receiver, wait_until):
+    """The whole path with the real worker: event → reaper pass → job → worker → POST."""
+    from django_ojs.registry import registry
+    from django_ojs.worker import Worker
+
+    sub = subscribe(receiver.url)
+    job = complete_a_job()
+    assert reaper.run_once().webhooks == 1
+    worker = Worker(
+        queues=["ojs.webhooks"],
+        concurrency=2,
+        poll_interval=0.05,
+        heartbeat_interval=0.2,
+        run_reaper=False,
+        shutdown_grace_period=2.0,
+        handlers=registry,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: deliveries(state="completed"), timeout=60)
+    finally:
+        worker.terminate()
+        thread.join(60)
+    assert not thread.is_alive()
+    [request] = receiver.requests
+    assert request.json["data"]["job_id"] == str(job.id)
+    assert request.headers["x-ojs-subscription-id"] == sub.public_id
+    assert signing.verify(
+        SECRET,
+        request.headers["x-ojs-timestamp"],
+        request.body,
+        request.headers["x-ojs-signature"],
+    )
