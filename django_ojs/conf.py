@@ -102,8 +102,8 @@ DEFAULT_WEBHOOKS_ALLOW_PRIVATE = False
 DEFAULT_WEBHOOKS_ALLOW_HTTP = False
 #: Seconds the previous secret keeps signing after a rotation (webhooks §8.3: 24 h).
 DEFAULT_WEBHOOKS_SECRET_GRACE = 86400.0
-#: Retry policy of delivery jobs: webhooks §7.2's 8 attempts over about 41 hours
-#: (30 s, 2 min, 8 min... growing fourfold, at most 24 h apart).
+#: Retry policy of delivery jobs: webhooks §7.2's 8 attempts (30 s, 2 min, 8 min...
+#: growing fourfold, at most 24 h apart, with jitter: about 35 hours in all).
 DEFAULT_WEBHOOKS_RETRY: dict[str, object] = {
     "max_attempts": 8,
     "initial_interval": "PT30S",
