@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import shutil
+import ssl
+import subprocess
 import threading
 import time
 from datetime import timedelta
@@ -25,7 +28,13 @@ from django_ojs.lifecycle import webhooks
 from django_ojs.models import Event, WebhookCursor, WebhookSubscription
 from django_ojs.webhooks import signing
 from tests.factories import WebhookSubscriptionFactory
-from tests.integration.webhook_support import complete_a_job, deliveries, make_due, run_delivery
+from tests.integration.webhook_support import (
+    complete_a_job,
+    deliveries,
+    make_due,
+    run_delivery,
+    serving,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -376,3 +385,43 @@ def test_worker__an_ojs_worker_on_the_webhook_queue_delivers(open_network, recei
         request.body,
         request.headers["x-ojs-signature"],
     )
+
+
+@pytest.fixture
+def certificate(tmp_path):
+    """A self-signed certificate for ``localhost`` (made with the openssl command)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    return cert, tls
+
+
+def test_https__the_certificate_is_verified_for_the_url_s_host(certificate, settings, monkeypatch):
+    """Deliveries connect to the address they checked, and TLS still verifies the host
+    name of the URL (SNI and certificate): an untrusted certificate fails the attempt."""
+    cert, tls = certificate
+    settings.OJS_WEBHOOKS_ALLOW_PRIVATE = True
+    with serving(tls) as endpoint:
+        subscribe(endpoint.url)
+        complete_a_job()
+        lifecycle.dispatch_webhooks()
+        refused = run_delivery()
+        assert refused.state == "retryable"
+        assert refused.error["type"] == "webhook.connection_error"
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.error["message"]
+        assert endpoint.requests == []
+
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # now trusted (read per delivery)
+        make_due()
+        delivered = run_delivery()
+        assert delivered.state == "completed", delivered.error
+        [request] = endpoint.requests
+        assert request.headers["host"] == endpoint.url.split("/")[2]

@@ -7,7 +7,9 @@ the fixture returns, so there is nothing to wait for.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -55,8 +57,9 @@ def open_network(settings: Any) -> None:
     settings.OJS_WEBHOOKS_ALLOW_HTTP = True
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
+@contextlib.contextmanager
+def serving(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+    """A :class:`Receiver` listening on 127.0.0.1 (HTTPS with ``tls``) until the end."""
     rec = Receiver()
     rec.answer.set()
 
@@ -77,11 +80,20 @@ def receiver() -> Iterator[Receiver]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            pass  # a client that refuses our certificate, say: the test looks at the client
+
+    server = Server(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    rec.url = f"http://127.0.0.1:{server.server_port}/hooks/ojs"
+    scheme = "https" if tls is not None else "http"
+    host = "localhost" if tls is not None else "127.0.0.1"
+    rec.url = f"{scheme}://{host}:{server.server_port}/hooks/ojs"
     try:
         yield rec
     finally:
@@ -89,6 +101,12 @@ def receiver() -> Iterator[Receiver]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with serving() as rec:
+        yield rec
 
 
 def deliveries(**filters: Any) -> list[Job]:

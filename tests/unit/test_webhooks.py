@@ -222,3 +222,38 @@ def test_parse_url__refuses_other_schemes_credentials_and_junk(url, allow_http):
 def test_parse_url__http_only_when_allowed():
     assert addresses.parse_url("http://example.com/x", allow_http=True).hostname == "example.com"
     assert addresses.parse_url("https://example.com:8443/x?a=1", allow_http=False).port == 8443
+
+
+# ---------------------------------------------------------------- system checks
+
+
+def check_ids() -> list[str]:
+    from django_ojs import checks
+
+    return [m.id for m in checks.check_webhooks()]
+
+
+def test_check__defaults_are_clean():
+    assert check_ids() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("OJS_WEBHOOKS_RETRY", {"max_attempts": -1}, "ojs.E010"),
+        ("OJS_WEBHOOKS_RETRY", {"initial_interval": "soon"}, "ojs.E010"),
+        ("OJS_WEBHOOKS_QUEUE", "Web Hooks", "ojs.E011"),
+        ("OJS_WEBHOOKS_TIMEOUT", 0, "ojs.E012"),
+        ("OJS_WEBHOOKS_MAX_RESPONSE_BYTES", "64k", "ojs.E012"),
+        ("OJS_ALLOWED_JOB_TYPES", ["email.*"], "ojs.W003"),
+    ],
+)
+def test_check__bad_webhook_settings(settings, name, value, expected):
+    setattr(settings, name, value)
+    assert check_ids() == [expected]
+
+
+@pytest.mark.parametrize("allowed", [["ojs.*", "email.*"], ["ojs.webhook.deliver"], None])
+def test_check__an_allowlist_with_the_delivery_type_is_clean(settings, allowed):
+    settings.OJS_ALLOWED_JOB_TYPES = allowed
+    assert check_ids() == []
