@@ -18,6 +18,7 @@ missing belongs to a rolled-back transaction and is skipped.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from datetime import timedelta
@@ -31,7 +32,7 @@ from django_ojs import validation
 from django_ojs.actors import Actor
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
-from django_ojs.exceptions import ValidationError, WebhookNotFound
+from django_ojs.exceptions import EnvelopeTooLarge, ValidationError, WebhookNotFound
 from django_ojs.lifecycle import audit
 from django_ojs.lifecycle.push import push_many
 from django_ojs.lifecycle.rows import build_spec
@@ -40,6 +41,8 @@ from django_ojs.lifecycle.store import db
 from django_ojs.models import Event, Job, WebhookCursor, WebhookSubscription
 from django_ojs.states import WAITING_STATES
 from django_ojs.webhooks import DELIVER_TYPE, addresses, filters, signing
+
+logger = logging.getLogger("django_ojs.webhooks")
 
 #: Events read per dispatch transaction.
 DISPATCH_BATCH = 500
@@ -363,11 +366,12 @@ def _dispatch_batch(
         gap = settled + 1 if rows and settled < rows[-1].seq else None
         ready = [row for row in rows if row.seq <= settled]
         specs = [
-            _delivery(subscription, row)
+            spec
             for row in ready
             if not filters.is_internal(row.type, _job_type(row))
             for subscription in subscriptions
             if row.seq > subscription.since_seq and _matches(subscription, row)
+            if (spec := _delivery(subscription, row)) is not None
         ]
         if specs:
             push_many(specs, using=using, _middleware=False)
@@ -418,7 +422,19 @@ def _matches(subscription: WebhookSubscription, row: Event) -> bool:
 
 
 def _delivery(subscription: WebhookSubscription, row: Event) -> Any:
+    """The delivery job of ``row`` for ``subscription``; ``None`` (logged) for an event
+    too large for a job (``OJS_MAX_ENVELOPE_BYTES``), which must not hold up the rest."""
     event = row.to_wire()
+    try:
+        return _delivery_spec(subscription, row, event)
+    except EnvelopeTooLarge as exc:
+        logger.warning(
+            "event %s not sent to webhook %s: %s", event["id"], subscription.public_id, exc
+        )
+        return None
+
+
+def _delivery_spec(subscription: WebhookSubscription, row: Event, event: dict[str, Any]) -> Any:
     return build_spec(
         DELIVER_TYPE,
         [str(subscription.id), event],

@@ -311,9 +311,12 @@ def test_dispatch__nothing_runs_without_subscriptions(settings):
     settings.OJS_WEBHOOKS_CACHE_SECONDS = 60
     assert lifecycle.dispatch_webhooks() == 0  # asks once, and remembers
     with CaptureQueriesContext(connection) as queries:
-        complete_a_job()
-        assert lifecycle.dispatch_webhooks() == 0
+        complete_a_job()  # enqueue, fetch, ACK: nothing about webhooks
+    assert queries.captured_queries
     assert not [q for q in queries if "webhook" in q["sql"]]
+    with CaptureQueriesContext(connection) as queries:
+        assert lifecycle.dispatch_webhooks() == 0
+    assert queries.captured_queries == []  # the reaper's step: not even a look
     assert deliveries() == []
 
 
@@ -425,3 +428,19 @@ def test_https__the_certificate_is_verified_for_the_url_s_host(certificate, sett
         assert delivered.state == "completed", delivered.error
         [request] = endpoint.requests
         assert request.headers["host"] == endpoint.url.split("/")[2]
+
+
+def test_dispatch__an_event_too_large_for_a_job_is_skipped_not_stuck(
+    open_network, settings, caplog
+):
+    WebhookSubscriptionFactory(events=["job.completed"])
+    lifecycle.dispatch_webhooks()  # past the gap this test starts after (PostgreSQL)
+    big = lifecycle.enqueue("test.echo", [], queue="default")
+    lifecycle.fetch(["default"], 1)
+    lifecycle.ack(big.id, {"blob": "x" * 5000})
+    complete_a_job()
+    settings.OJS_MAX_ENVELOPE_BYTES = 4000
+    assert lifecycle.dispatch_webhooks() == 1
+    [delivery] = deliveries()
+    assert delivery.args[1]["data"]["job_id"] != str(big.id)
+    assert "not sent to webhook" in caplog.text
