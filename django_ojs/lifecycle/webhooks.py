@@ -39,13 +39,15 @@ from django_ojs.lifecycle.rows import build_spec
 from django_ojs.lifecycle.settle import cancel
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Event, Job, WebhookCursor, WebhookSubscription
+from django_ojs.policy import default_retry_policy
+from django_ojs.retry import RetryPolicy
 from django_ojs.states import WAITING_STATES
 from django_ojs.webhooks import DELIVER_TYPE, addresses, filters, signing
 
 logger = logging.getLogger("django_ojs.webhooks")
 
 #: Events read per dispatch transaction.
-DISPATCH_BATCH = 500
+DISPATCH_BATCH = 1000
 #: Seconds a gap in the event sequence is waited for before the driver settles it.
 GAP_WAIT = 2.0
 #: Longest wait for the PostgreSQL lock that settles a gap (pushes queue behind it).
@@ -365,13 +367,14 @@ def _dispatch_batch(
             settled = _settled(rows, start)
         gap = settled + 1 if rows and settled < rows[-1].seq else None
         ready = [row for row in rows if row.seq <= settled]
+        options = _delivery_options()
         specs = [
             spec
             for row in ready
             if not filters.is_internal(row.type, _job_type(row))
             for subscription in subscriptions
             if row.seq > subscription.since_seq and _matches(subscription, row)
-            if (spec := _delivery(subscription, row)) is not None
+            if (spec := _delivery(subscription, row, options)) is not None
         ]
         if specs:
             push_many(specs, using=using, _middleware=False)
@@ -421,34 +424,31 @@ def _matches(subscription: WebhookSubscription, row: Event) -> bool:
     )
 
 
-def _delivery(subscription: WebhookSubscription, row: Event) -> Any:
+def _delivery_options() -> dict[str, Any]:
+    """The job options every delivery has (the retry policy validated once)."""
+    return {
+        "queue": settings.WEBHOOKS_QUEUE,
+        "retry": RetryPolicy.from_wire(settings.WEBHOOKS_RETRY, base=default_retry_policy()),
+        # Two timeouts for the connection and the read, and a margin.
+        "timeout": settings.WEBHOOKS_TIMEOUT * 3,
+    }
+
+
+def _delivery(subscription: WebhookSubscription, row: Event, options: dict[str, Any]) -> Any:
     """The delivery job of ``row`` for ``subscription``; ``None`` (logged) for an event
     too large for a job (``OJS_MAX_ENVELOPE_BYTES``), which must not hold up the rest."""
     event = row.to_wire()
+    meta = {
+        "webhook": {
+            "subscription_id": subscription.public_id,
+            "event_id": event["id"],
+            "event_type": row.type,
+        }
+    }
     try:
-        return _delivery_spec(subscription, row, event)
+        return build_spec(DELIVER_TYPE, [str(subscription.id), event], {**options, "meta": meta})
     except EnvelopeTooLarge as exc:
         logger.warning(
             "event %s not sent to webhook %s: %s", event["id"], subscription.public_id, exc
         )
         return None
-
-
-def _delivery_spec(subscription: WebhookSubscription, row: Event, event: dict[str, Any]) -> Any:
-    return build_spec(
-        DELIVER_TYPE,
-        [str(subscription.id), event],
-        {
-            "queue": settings.WEBHOOKS_QUEUE,
-            "retry": settings.WEBHOOKS_RETRY,
-            # Two timeouts for the connection and the read, and a margin.
-            "timeout": settings.WEBHOOKS_TIMEOUT * 3,
-            "meta": {
-                "webhook": {
-                    "subscription_id": subscription.public_id,
-                    "event_id": event["id"],
-                    "event_type": row.type,
-                }
-            },
-        },
-    )
