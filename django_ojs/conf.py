@@ -110,6 +110,8 @@ DEFAULT_WEBHOOKS_RETRY: dict[str, object] = {
     "backoff_coefficient": 4.0,
     "max_interval": "PT24H",
     "jitter": True,
+    # A dead delivery (webhooks §7.2) stays in the dead letter for inspection and replay.
+    "on_exhaustion": "dead_letter",
 }
 #: Seconds a process trusts its answer to "is there an active subscription?" (the
 #: dispatcher skips its work meanwhile when there is none).

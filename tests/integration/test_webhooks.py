@@ -127,6 +127,7 @@ def test_delivery__a_server_error_retries_with_backoff_then_discards(
     make_due()
     dead = run_delivery()
     assert dead.state == "discarded" and dead.attempt == 2
+    assert dead.dead_letter  # a dead delivery, kept for replay (webhooks §7.2)
     assert len(receiver.requests) == 2
     sub.refresh_from_db()
     assert sub.failure_count == 2 and sub.last_delivery_status == 500
@@ -148,6 +149,7 @@ def test_delivery__client_errors_are_not_retried(open_network, receiver, status,
     receiver.status = status
     job = run_delivery()
     assert (job.state, job.error["type"]) == (state, error_type)
+    assert job.dead_letter is (state == "discarded")
 
 
 def test_delivery__redirects_are_not_followed(open_network, receiver):

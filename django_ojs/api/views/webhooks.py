@@ -138,9 +138,10 @@ class WebhookSubscriptionDetailView(OJSView):
         return self.patch(request, subscription_id)
 
     def delete(self, request: Any, subscription_id: str) -> Response:
-        public_id = lifecycle.get_webhook(subscription_id).public_id
         lifecycle.delete_webhook(subscription_id, actor=self.actor(request))
-        return Response({"deleted": True, "id": public_id})
+        return Response(
+            {"deleted": True, "id": f"sub_{lifecycle.parse_webhook_id(subscription_id)}"}
+        )
 
 
 class WebhookTestView(OJSView):
