@@ -184,6 +184,14 @@ def test_checked__refuses_literal_private_hosts(host):
         addresses.checked(parts.hostname or "", 443, allow_private=False)
 
 
+@pytest.mark.parametrize("host", ["2130706433", "0x7f.1", "127.1", "0"])
+def test_checked__refuses_other_spellings_of_loopback(host):
+    # The resolver reads these as 127.0.0.1 (0.0.0.0 for "0"): the check is on what the
+    # host resolves to, not on how it is written.
+    with pytest.raises(addresses.AddressRefused):
+        addresses.checked(host, 80, allow_private=False)
+
+
 def test_checked__refuses_a_name_that_resolves_to_loopback():
     with pytest.raises(addresses.AddressRefused, match="loopback"):
         addresses.checked("localhost", 443, allow_private=False)
