@@ -1,8 +1,9 @@
-"""The maintenance loop: promote due jobs, expire stale ones, rescue lost attempts, prune.
+"""The maintenance loop: promote due jobs, expire stale ones, rescue lost attempts, prune,
+and make the webhook deliveries of new events.
 
 Scheduling and logging only: every transition it causes is a ``lifecycle`` call
 (``promote_due``, ``expire_stale``, ``rescue_expired``, ``recover_dead_workers``,
-``prune``). On PostgreSQL one reaper at a time does a pass (a transaction-scoped advisory
+``prune``, ``dispatch_webhooks``). On PostgreSQL one reaper at a time does a pass (a transaction-scoped advisory
 lock); the others skip it. On PostgreSQL rows are also locked with ``SKIP LOCKED``.
 """
 
