@@ -26,6 +26,8 @@ NUMERIC_SETTINGS = (
     "OJS_WORKER_HEARTBEAT_INTERVAL",
     "OJS_WORKER_STALE_AFTER",
     "OJS_API_KEY_CACHE_SECONDS",
+    "OJS_WEBHOOKS_SECRET_GRACE",
+    "OJS_WEBHOOKS_CACHE_SECONDS",
 )
 
 
@@ -154,3 +156,50 @@ def check_admin_ui(
             id="ojs.W003",
         )
     ]
+
+
+@register(TAG)
+def check_webhooks(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
+    """The webhook settings, and an allowlist of job types that would refuse deliveries."""
+    from django_ojs.exceptions import ValidationError
+    from django_ojs.retry import RetryPolicy
+    from django_ojs.validation import type_allowed, validate_queue
+    from django_ojs.webhooks import DELIVER_TYPE
+
+    out: list[CheckMessage] = []
+    policy = getattr(django_settings, "OJS_WEBHOOKS_RETRY", None)
+    if policy is not None:
+        try:
+            RetryPolicy.from_wire(policy)
+        except ValidationError as exc:
+            out.append(Error(f"OJS_WEBHOOKS_RETRY is invalid: {exc.message}", id="ojs.E010"))
+    queue = getattr(django_settings, "OJS_WEBHOOKS_QUEUE", None)
+    if queue is not None:
+        try:
+            validate_queue(queue, field="OJS_WEBHOOKS_QUEUE")
+        except ValidationError as exc:
+            out.append(Error(f"OJS_WEBHOOKS_QUEUE is invalid: {exc.message}", id="ojs.E011"))
+    for name in ("OJS_WEBHOOKS_TIMEOUT", "OJS_WEBHOOKS_MAX_RESPONSE_BYTES"):
+        value = getattr(django_settings, name, None)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+        ):
+            out.append(Error(f"{name} must be a positive number.", id="ojs.E012"))
+    allowed = getattr(django_settings, "OJS_ALLOWED_JOB_TYPES", None)
+    if (
+        isinstance(allowed, list | tuple | set | frozenset)
+        and all(isinstance(p, str) and p for p in allowed)
+        and not type_allowed(DELIVER_TYPE, tuple(allowed))
+    ):
+        out.append(
+            Warning(
+                f"OJS_ALLOWED_JOB_TYPES leaves out {DELIVER_TYPE}: webhook deliveries cannot "
+                "be enqueued.",
+                hint=f"Add '{DELIVER_TYPE}' (or 'ojs.*') to OJS_ALLOWED_JOB_TYPES, unless no "
+                "webhook subscription will ever exist.",
+                id="ojs.W004",
+            )
+        )
+    return out

@@ -93,6 +93,32 @@ DEFAULT_RETENTION = {
     "workflows": 7 * 86400,
 }
 
+#: Queue of the webhook delivery jobs (``ojs.webhook.deliver``); a worker must serve it.
+DEFAULT_WEBHOOKS_QUEUE = "ojs.webhooks"
+#: Seconds a webhook delivery waits to connect and for each read (webhooks §7.3: 30 s).
+DEFAULT_WEBHOOKS_TIMEOUT = 30.0
+#: Bytes of a webhook endpoint's response body read at most (the rest is not read).
+DEFAULT_WEBHOOKS_MAX_RESPONSE_BYTES = 64 * 1024
+#: Deliver to loopback, private, link-local... addresses (development only).
+DEFAULT_WEBHOOKS_ALLOW_PRIVATE = False
+#: Accept ``http://`` subscription URLs (webhooks §8.4: HTTPS in production).
+DEFAULT_WEBHOOKS_ALLOW_HTTP = False
+#: Seconds the previous secret keeps signing after a rotation (webhooks §8.3: 24 h).
+DEFAULT_WEBHOOKS_SECRET_GRACE = 86400.0
+#: Retry policy of delivery jobs: webhooks §7.2's 8 attempts (30 s, 2 min, 8 min...
+#: growing fourfold, at most 24 h apart, with jitter: about 35 hours in all).
+DEFAULT_WEBHOOKS_RETRY: dict[str, object] = {
+    "max_attempts": 8,
+    "initial_interval": "PT30S",
+    "backoff_coefficient": 4.0,
+    "max_interval": "PT24H",
+    "jitter": True,
+    # A dead delivery (webhooks §7.2) stays in the dead letter for inspection and replay.
+    "on_exhaustion": "dead_letter",
+}
+#: Seconds a process trusts its answer to "is there an active subscription?" (the
+#: dispatcher skips its work meanwhile when there is none).
+DEFAULT_WEBHOOKS_CACHE_SECONDS = 5.0
 
 # Only the trace context by default: it costs nothing outside a trace (the enqueue side
 # is skipped then), and logging every push and attempt is the application's choice.
@@ -328,6 +354,48 @@ class Settings:
     def RETENTION(self) -> dict[str, float | None]:
         """Seconds to keep completed/cancelled/discarded/dead_letter jobs, workflows, events."""
         return {**DEFAULT_RETENTION, **(self._get("OJS_RETENTION", {}) or {})}
+
+    @property
+    def WEBHOOKS_QUEUE(self) -> str:
+        """Queue of webhook delivery jobs (``OJS_WEBHOOKS_QUEUE``)."""
+        return str(self._get("OJS_WEBHOOKS_QUEUE", DEFAULT_WEBHOOKS_QUEUE))
+
+    @property
+    def WEBHOOKS_TIMEOUT(self) -> float:
+        """Connect and read timeout of a webhook delivery, in seconds."""
+        return float(self._get("OJS_WEBHOOKS_TIMEOUT", DEFAULT_WEBHOOKS_TIMEOUT))
+
+    @property
+    def WEBHOOKS_MAX_RESPONSE_BYTES(self) -> int:
+        """Bytes of an endpoint's response body read at most."""
+        return int(
+            self._get("OJS_WEBHOOKS_MAX_RESPONSE_BYTES", DEFAULT_WEBHOOKS_MAX_RESPONSE_BYTES)
+        )
+
+    @property
+    def WEBHOOKS_ALLOW_PRIVATE(self) -> bool:
+        """Allow endpoints on loopback, private, link-local and other non-public addresses."""
+        return bool(self._get("OJS_WEBHOOKS_ALLOW_PRIVATE", DEFAULT_WEBHOOKS_ALLOW_PRIVATE))
+
+    @property
+    def WEBHOOKS_ALLOW_HTTP(self) -> bool:
+        """Allow ``http://`` endpoints (webhooks §8.4 wants HTTPS in production)."""
+        return bool(self._get("OJS_WEBHOOKS_ALLOW_HTTP", DEFAULT_WEBHOOKS_ALLOW_HTTP))
+
+    @property
+    def WEBHOOKS_SECRET_GRACE(self) -> float:
+        """Seconds a rotated-out secret keeps signing deliveries."""
+        return float(self._get("OJS_WEBHOOKS_SECRET_GRACE", DEFAULT_WEBHOOKS_SECRET_GRACE))
+
+    @property
+    def WEBHOOKS_RETRY(self) -> dict[str, Any]:
+        """Retry policy of delivery jobs (OJS retry policy fields over the default)."""
+        return {**DEFAULT_WEBHOOKS_RETRY, **(self._get("OJS_WEBHOOKS_RETRY", {}) or {})}
+
+    @property
+    def WEBHOOKS_CACHE_SECONDS(self) -> float:
+        """Seconds the "any active subscription?" answer is reused by a process."""
+        return float(self._get("OJS_WEBHOOKS_CACHE_SECONDS", DEFAULT_WEBHOOKS_CACHE_SECONDS))
 
 
 settings = Settings()

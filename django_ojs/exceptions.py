@@ -137,6 +137,16 @@ class CronNotFound(NotFound):
         super().__init__(f"Cron job '{name}' not found.", details={"name": name})
 
 
+class WebhookNotFound(NotFound):
+    """No webhook subscription has this id."""
+
+    def __init__(self, subscription_id: object):
+        super().__init__(
+            f"Webhook subscription '{subscription_id}' not found.",
+            details={"id": str(subscription_id)},
+        )
+
+
 class WorkflowNotFound(NotFound):
     """The workflow does not exist."""
 

@@ -709,3 +709,56 @@ class Dashboard(Job):
         proxy = True
         verbose_name = "dashboard"
         verbose_name_plural = "dashboard"
+
+
+class WebhookSubscription(models.Model):
+    """A webhook endpoint and the events it receives (OJS webhooks §5.1).
+
+    The secrets sign deliveries (webhooks §8.1); the previous one keeps signing until
+    ``previous_secret_expires_at`` after a rotation (§8.3). ``since_seq`` is the last
+    event ``seq`` stored when the subscription was made: it receives the events after it.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    url = models.CharField(max_length=2048)
+    events = models.JSONField(default=list)
+    #: ``{"queues": [...], "job_types": [...]}``, each optional (webhooks §5.2).
+    filter = models.JSONField(default=dict, blank=True)
+    active = models.BooleanField(default=True)
+    secret = models.CharField(max_length=255, editable=False)
+    previous_secret = models.CharField(max_length=255, blank=True, default="", editable=False)
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    metadata = models.JSONField(default=dict, blank=True)
+    since_seq = models.BigIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_delivery_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_delivery_status = models.IntegerField(null=True, blank=True, editable=False)
+    #: Failed attempts since the last successful delivery.
+    failure_count = models.IntegerField(default=0, editable=False)
+
+    class Meta:
+        db_table = "ojs_webhook_subscription"
+        ordering = ["created_at", "id"]
+        verbose_name = "webhook subscription"
+
+    def __str__(self) -> str:
+        return f"{self.url} ({', '.join(map(str, self.events))})"
+
+    @property
+    def public_id(self) -> str:
+        """The id as the HTTP API shows it (``sub_<uuid>``, webhooks §5.1)."""
+        return f"sub_{self.id}"
+
+
+class WebhookCursor(models.Model):
+    """How far the webhook dispatcher has read ``ojs_event`` (one row, ``id=1``)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    seq = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "ojs_webhook_cursor"
+
+    def __str__(self) -> str:
+        return f"webhook cursor at event {self.seq}"

@@ -1,8 +1,9 @@
-"""The maintenance loop: promote due jobs, expire stale ones, rescue lost attempts, prune.
+"""The maintenance loop: promote due jobs, expire stale ones, rescue lost attempts, prune,
+and make the webhook deliveries of new events.
 
 Scheduling and logging only: every transition it causes is a ``lifecycle`` call
 (``promote_due``, ``expire_stale``, ``rescue_expired``, ``recover_dead_workers``,
-``prune``). On PostgreSQL one reaper at a time does a pass (a transaction-scoped advisory
+``prune``, ``dispatch_webhooks``). On PostgreSQL one reaper at a time does a pass (a transaction-scoped advisory
 lock); the others skip it. On PostgreSQL rows are also locked with ``SKIP LOCKED``.
 """
 
@@ -35,6 +36,8 @@ class PassResult:
     recovered: int = 0
     cron_fired: int = 0
     cron_skipped: int = 0
+    #: Webhook delivery jobs pushed for the events stored since the last pass.
+    webhooks: int = 0
     pruned: dict[str, int] = field(default_factory=dict)
     #: Job tables analysed because their statistics were badly out of date (PostgreSQL).
     analyzed: list[str] = field(default_factory=list)
@@ -51,6 +54,14 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
     # Cron needs no leader: each slot is taken with a compare-and-set (lifecycle/cron.py),
     # so every reaper and worker evaluates, and a dead one loses no slot.
     result.cron_fired, result.cron_skipped = lifecycle.fire_due_cron(using=using)
+    # Webhooks need no leader either: one dispatcher at a time moves the event cursor.
+    try:
+        result.webhooks = lifecycle.dispatch_webhooks(using=using)
+    except Exception as exc:
+        if resilience.is_connection_error(exc):
+            raise
+        # Logged, and the rest of the pass goes on: promotions must not wait on webhooks.
+        logger.exception("webhook dispatch failed; the next pass tries again")
     # First, so that this pass's statements and the workers' next claims are planned on
     # statistics of the table as it is.
     with lifecycle.lead(LOCK_NAME, using=using) as leader:
@@ -182,14 +193,16 @@ def run(
             outage.succeeded()
             if do_prune:
                 next_prune = time.monotonic() + prune_interval
-            if result.moved or result.cron_fired or any(result.pruned.values()):
+            if result.moved or result.cron_fired or result.webhooks or any(result.pruned.values()):
                 logger.info(
-                    "reaper: promoted=%d expired=%d rescued=%d recovered=%d cron=%d pruned=%s",
+                    "reaper: promoted=%d expired=%d rescued=%d recovered=%d cron=%d "
+                    "webhooks=%d pruned=%s",
                     result.promoted,
                     result.expired,
                     result.rescued,
                     result.recovered,
                     result.cron_fired,
+                    result.webhooks,
                     result.pruned,
                 )
         stop.wait(interval)

@@ -43,3 +43,13 @@ def _forget_worker_touches() -> None:
 
     claim._touched.clear()
     workers._stopping.clear()
+
+
+@pytest.fixture(autouse=True)
+def _forget_webhook_state() -> None:
+    """Each test starts without this process's cached "any subscription?" answer and seen
+    event gaps (the rows they were about went with an earlier test's database)."""
+    from django_ojs.lifecycle import webhooks
+
+    webhooks.forget()
+    webhooks._gaps.clear()

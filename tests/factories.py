@@ -12,7 +12,8 @@ import factory
 from django.utils import timezone
 
 from django_ojs.ids import uuid7
-from django_ojs.models import Job, Queue, Worker
+from django_ojs.models import Job, Queue, WebhookSubscription, Worker
+from django_ojs.webhooks import signing
 
 
 class JobFactory(factory.django.DjangoModelFactory):
@@ -107,3 +108,15 @@ class QueueFactory(factory.django.DjangoModelFactory):
         django_get_or_create = ("name",)
 
     name = factory.Sequence(lambda n: f"queue-{n}")
+
+
+class WebhookSubscriptionFactory(factory.django.DjangoModelFactory):
+    """A subscription row as ``lifecycle.create_webhook`` leaves it (no address check)."""
+
+    class Meta:
+        model = WebhookSubscription
+
+    id = factory.LazyFunction(uuid7)
+    url = factory.Sequence(lambda n: f"https://hooks{n}.example.com/ojs")
+    events = factory.LazyFunction(lambda: ["job.completed"])
+    secret = factory.LazyFunction(signing.new_secret)

@@ -61,6 +61,37 @@ v1: list[URLPattern | URLResolver] = [
     ),
 ]
 
+webhooks = [
+    path("subscriptions", views.WebhookSubscriptionListView.as_view(), name="webhook-list"),
+    path(
+        "subscriptions/<str:subscription_id>",
+        views.WebhookSubscriptionDetailView.as_view(),
+        name="webhook-detail",
+    ),
+    path(
+        "subscriptions/<str:subscription_id>/test",
+        views.WebhookTestView.as_view(),
+        name="webhook-test",
+    ),
+    path(
+        "subscriptions/<str:subscription_id>/rotate-secret",
+        views.WebhookRotateSecretView.as_view(),
+        name="webhook-rotate-secret",
+    ),
+    path("deliveries", views.WebhookDeliveryListView.as_view(), name="webhook-delivery-list"),
+    path(
+        "deliveries/<str:delivery_id>",
+        views.WebhookDeliveryDetailView.as_view(),
+        name="webhook-delivery-detail",
+    ),
+    path(
+        "deliveries/<str:delivery_id>/retry",
+        views.WebhookDeliveryRetryView.as_view(),
+        name="webhook-delivery-retry",
+    ),
+]
+v1.append(path("webhooks/", include(webhooks)))
+
 admin = [
     path("stats", admin_views.StatsView.as_view(), name="admin-stats"),
     path("stats/history", admin_views.StatsHistoryView.as_view(), name="admin-stats-history"),

@@ -420,6 +420,17 @@ class Driver(ABC):
     def insert_events(self, rows: list[EventRow]) -> None:
         """Insert event rows in the caller's transaction."""
 
+    def settled_event_seq(self, *, timeout: float) -> int | None:
+        """The highest event ``seq`` below which no transaction can still commit an event.
+
+        Every ``seq`` at or below it is stored or will never be (rolled back, pruned).
+        SQLite has a single writer: any transaction still writing took its ``seq`` above
+        every committed one, so the highest committed ``seq`` is settled. ``None`` when it
+        cannot be known within ``timeout`` seconds (see the PostgreSQL driver).
+        """
+        last = Event.objects.using(self.using).order_by("-seq").values_list("seq", flat=True)
+        return last.first() or 0
+
     @abstractmethod
     def lock_keys(self, keys: Sequence[str]) -> None:
         """Wait for exclusive locks on ``keys`` (unique-job keys) until the transaction ends.

@@ -62,6 +62,17 @@ from django_ojs.lifecycle.settle import (
 )
 from django_ojs.lifecycle.store import backend
 from django_ojs.lifecycle.store import db as database
+from django_ojs.lifecycle.webhooks import any_active as any_active_webhook
+from django_ojs.lifecycle.webhooks import check_url as check_webhook_url
+from django_ojs.lifecycle.webhooks import create as create_webhook
+from django_ojs.lifecycle.webhooks import delete as delete_webhook
+from django_ojs.lifecycle.webhooks import dispatch as dispatch_webhooks
+from django_ojs.lifecycle.webhooks import forget as forget_webhooks
+from django_ojs.lifecycle.webhooks import get as get_webhook
+from django_ojs.lifecycle.webhooks import parse_id as parse_webhook_id
+from django_ojs.lifecycle.webhooks import record_delivery as record_webhook_delivery
+from django_ojs.lifecycle.webhooks import rotate_secret as rotate_webhook_secret
+from django_ojs.lifecycle.webhooks import update as update_webhook
 from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, set_directive
 from django_ojs.lifecycle.workflows import KINDS as WORKFLOW_KINDS
 from django_ojs.lifecycle.workflows import MAX_DEPTH as WORKFLOW_MAX_DEPTH
@@ -86,19 +97,24 @@ __all__ = [
     "ack",
     "ack_many",
     "activate",
+    "any_active_webhook",
     "backend",
     "beat",
     "bulk",
     "cancel",
     "cancel_workflow",
+    "check_webhook_url",
     "clear_rate_limit_override",
+    "create_webhook",
     "create_workflow",
     "create_workflow_spec",
     "database",
     "delete_cron",
     "delete_discarded",
+    "delete_webhook",
     "deregister",
     "discard",
+    "dispatch_webhooks",
     "enqueue",
     "enqueue_many",
     "expire_stale",
@@ -106,13 +122,16 @@ __all__ = [
     "fail_many",
     "fetch",
     "fire_due_cron",
+    "forget_webhooks",
     "get_cron",
+    "get_webhook",
     "get_workflow",
     "job_spec",
     "lead",
     "listen",
     "maintain_partitions",
     "override_rate_limit",
+    "parse_webhook_id",
     "partition_layout",
     "partition_tables",
     "pause_queue",
@@ -126,6 +145,7 @@ __all__ = [
     "push_many",
     "rate_limit_keys",
     "rate_limit_status",
+    "record_webhook_delivery",
     "recover_dead_workers",
     "refresh_statistics",
     "register",
@@ -137,6 +157,7 @@ __all__ = [
     "resume_queue",
     "retry_discarded",
     "retry_failed_steps",
+    "rotate_webhook_secret",
     "run_cron_now",
     "run_now",
     "set_cron_enabled",
@@ -144,6 +165,7 @@ __all__ = [
     "set_queue_limits",
     "sync_cron",
     "unpartition_tables",
+    "update_webhook",
     "wait",
     "workflow_tree",
 ]

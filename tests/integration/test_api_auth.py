@@ -43,6 +43,9 @@ CALLS = [
     ("POST", "/queues/default/pause", None, ADMINS),
     ("POST", "/queues/default/resume", None, ADMINS),
     ("DELETE", "/dead-letter/{id}", None, ADMINS),
+    ("GET", "/webhooks/subscriptions", None, ADMINS),
+    ("POST", "/webhooks/subscriptions", {"url": "https://a.example/", "events": []}, ADMINS),
+    ("GET", "/webhooks/deliveries", None, ADMINS),
 ]
 
 

@@ -1,9 +1,9 @@
 """Property: whatever JSON a client sends, the answer is never a 5xx, and a refusal stores nothing.
 
-Hypothesis drives PUSH, PUSH batch, FETCH, ACK, NACK and BEAT over HTTP, and
-``django_ojs.enqueue``, with random JSON in every field: NUL characters, lone surrogates,
-integers past every column's range, deep nesting, and values of the wrong type. Bounded
-(``max_examples``) so the module runs in seconds on either database.
+Hypothesis drives PUSH, PUSH batch, FETCH, ACK, NACK, BEAT and webhook subscriptions over
+HTTP, and ``django_ojs.enqueue``, with random JSON in every field: NUL characters, lone
+surrogates, integers past every column's range, deep nesting, and values of the wrong
+type. Bounded (``max_examples``) so the module runs in seconds on either database.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import json
 from typing import Any
 
 import pytest
+from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import django_ojs
 from django_ojs import lifecycle
 from django_ojs.exceptions import OJSError
-from django_ojs.models import Job, Worker
+from django_ojs.models import Job, WebhookSubscription, Worker
 from tests.integration.api_support import OJSClient, client
 
 pytestmark = pytest.mark.django_db
@@ -148,6 +149,11 @@ def producer() -> OJSClient:
 @pytest.fixture
 def worker() -> OJSClient:
     return client("worker")
+
+
+@pytest.fixture
+def admin() -> OJSClient:
+    return client("admin")
 
 
 # --------------------------------------------------------------------------- properties
@@ -315,3 +321,58 @@ def test_enqueue_raises_only_ojs_errors_and_refusals_store_nothing(
         assert Job.objects.count() == before
     else:
         assert Job.objects.count() == before + 1
+
+
+webhook_bodies = st.fixed_dictionaries(
+    {},
+    optional={
+        "url": st.one_of(
+            st.sampled_from(
+                [
+                    "http://127.0.0.1:9/hook",
+                    "https://localhost/hook",
+                    "https://[::1]:8443/x?y=1",
+                    "https://10.0.0.1/",
+                    "https://example.invalid/",
+                    "ftp://127.0.0.1/",
+                    "https://u:p@127.0.0.1/",
+                    "http://127.0.0.1:99999/",
+                ]
+            ),
+            text,
+            anything,
+        ),
+        "events": st.one_of(
+            st.lists(st.sampled_from(["*", "job.*", "job.completed", "a..b", ""]), max_size=3),
+            anything,
+        ),
+        "filter": st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "queues": st.one_of(st.lists(text, max_size=2), anything),
+                    "job_types": st.one_of(st.lists(text, max_size=2), anything),
+                },
+            ),
+            anything,
+        ),
+        "metadata": anything,
+        "active": anything,
+        "secret": st.one_of(text, st.just("whsec_0123456789abcdef"), anything),
+    },
+)
+
+
+@EXAMPLES
+@given(body=webhook_bodies, private=st.booleans())
+def test_webhook_subscription_never_5xx_and_refusals_store_nothing(
+    admin: OJSClient, body: dict[str, Any], private: bool
+):
+    before = WebhookSubscription.objects.count()
+    with override_settings(OJS_WEBHOOKS_ALLOW_PRIVATE=private, OJS_WEBHOOKS_ALLOW_HTTP=True):
+        response = send(admin, "/webhooks/subscriptions", body)
+    if response.status_code >= 400:
+        assert WebhookSubscription.objects.count() == before
+    else:
+        assert response.status_code == 201 and private
+        assert WebhookSubscription.objects.count() == before + 1

@@ -29,6 +29,15 @@ from django_ojs.api.views.queues import (
 )
 from django_ojs.api.views.ratelimits import RateLimitDetailView, RateLimitListView
 from django_ojs.api.views.system import HealthView, ManifestView, MetricsView, ReadyView
+from django_ojs.api.views.webhooks import (
+    WebhookDeliveryDetailView,
+    WebhookDeliveryListView,
+    WebhookDeliveryRetryView,
+    WebhookRotateSecretView,
+    WebhookSubscriptionDetailView,
+    WebhookSubscriptionListView,
+    WebhookTestView,
+)
 from django_ojs.api.views.workers import (
     AckView,
     FetchView,
@@ -71,6 +80,13 @@ __all__ = [
     "RateLimitDetailView",
     "RateLimitListView",
     "ReadyView",
+    "WebhookDeliveryDetailView",
+    "WebhookDeliveryListView",
+    "WebhookDeliveryRetryView",
+    "WebhookRotateSecretView",
+    "WebhookSubscriptionDetailView",
+    "WebhookSubscriptionListView",
+    "WebhookTestView",
     "WorkflowDetailView",
     "WorkflowListView",
 ]

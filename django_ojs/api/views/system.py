@@ -39,6 +39,7 @@ OFFICIAL_EXTENSIONS = (
     ("results", "1.0.0-rc.1"),
     ("timeouts", "1.0.0-rc.1"),
     ("unique-jobs", "1.0.0-rc.1"),
+    ("webhooks", "1.0.0-rc.1"),
     ("workflows", "1.0.0-rc.1"),
 )
 
@@ -78,6 +79,7 @@ class ManifestView(OJSView):
                     "pause_resume": True,
                     "heartbeats": True,
                     "events": True,
+                    "webhooks": True,
                 },
                 "extensions": {
                     # Conformance §4.2.1's structured form: {name, uri, version} each.

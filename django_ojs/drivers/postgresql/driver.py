@@ -69,6 +69,7 @@ from django_ojs.drivers.postgresql.statements import (
     LOOK_SQL,
     PUSH_ONE_PARAMS,
     SEARCH_INDEXES,
+    SETTLED_EVENT_SEQ_SQL,
     STALE_JOB_TABLES_SQL,
     TOUCH_WORKER_SQL,
     TRY_LOCK_SQL,
@@ -352,6 +353,25 @@ class PostgreSQLDriver(OrmDriver):
             _unless_lock_busy(exc, partition.table)
             return False
         return True
+
+    def settled_event_seq(self, *, timeout: float) -> int | None:
+        try:
+            with (
+                transaction.atomic(using=self.using),
+                server_cursor(connections[self.using]) as cursor,
+            ):
+                cursor.execute(
+                    "SELECT set_config('lock_timeout', %s, true)",
+                    [f"{max(1, int(timeout * 1000))}ms"],
+                )
+                lock, read = SETTLED_EVENT_SEQ_SQL
+                cursor.execute(lock)
+                cursor.execute(read)
+                return int(cursor.fetchone()[0])
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            return None
 
     def touch_worker(self, worker_id: str, queues: list[str], now: datetime) -> None:
         with server_cursor(connections[self.using]) as cursor:

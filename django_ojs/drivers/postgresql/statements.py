@@ -520,3 +520,17 @@ WITH RECURSIVE t(type, n) AS (
 )
 SELECT type FROM t WHERE type IS NOT NULL
 """
+
+
+# Why a lock and not a query: a sequence number is taken when a row is inserted, but the
+# row is visible only when its transaction commits, so the highest visible ``seq`` does
+# not tell whether a lower one is still on its way. SHARE conflicts with the ROW
+# EXCLUSIVE lock every INSERT holds until its transaction ends: once SHARE is granted, no
+# transaction that inserted an event is still open, and any ``seq`` missing below the
+# highest one is gone for good. The lock is held for one SELECT; pushes queue behind it
+# while it waits, so the wait is short (``lock_timeout``) and the webhook dispatcher takes
+# it only for a gap that outlived its ordinary wait.
+SETTLED_EVENT_SEQ_SQL = (
+    "LOCK TABLE ojs_event IN SHARE MODE",
+    "SELECT coalesce(max(seq), 0) FROM ojs_event",
+)
