@@ -68,6 +68,10 @@ RESPONSE_CONTENT_TYPES = ("application/openjobspec+json", "application/json")
 #: Seconds an API key, once verified, is trusted without reading its row again: the longest
 #: a key revoked or narrowed in another process keeps working (0: read it on every request).
 DEFAULT_API_KEY_CACHE_SECONDS = 5.0
+#: Seconds a process trusts the maintenance switch it last read: the longest another
+#: process's workers keep claiming after maintenance mode is switched on (0: read it on
+#: every fetch).
+DEFAULT_MAINTENANCE_CACHE_SECONDS = 1.0
 #: Largest accepted HTTP request body, in bytes (413 above it).
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 #: Deepest nesting of arrays/objects accepted in a JSON value a client sends (args, meta,
@@ -268,6 +272,11 @@ class Settings:
     def API_KEY_CACHE_SECONDS(self) -> float:
         """Seconds a verified API key is trusted before its row is read again (0: never)."""
         return float(self._get("OJS_API_KEY_CACHE_SECONDS", DEFAULT_API_KEY_CACHE_SECONDS))
+
+    @property
+    def MAINTENANCE_CACHE_SECONDS(self) -> float:
+        """Seconds a process trusts the maintenance switch it last read (0: never)."""
+        return float(self._get("OJS_MAINTENANCE_CACHE_SECONDS", DEFAULT_MAINTENANCE_CACHE_SECONDS))
 
     @property
     def MAX_REQUEST_BYTES(self) -> int:

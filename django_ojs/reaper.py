@@ -48,9 +48,14 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
     """One maintenance pass. Loops each step until its batch comes back short."""
     using = lifecycle.database(using)
     result = PassResult()
+    # Admin API §12.1: maintenance mode pauses scheduled promotion and cron triggers (an
+    # entry whose slots passed meanwhile fires once when it is off, its cron.triggered
+    # event counting the slots missed).
+    paused = lifecycle.in_maintenance(using=using)
     # Cron needs no leader: each slot is taken with a compare-and-set (lifecycle/cron.py),
     # so every reaper and worker evaluates, and a dead one loses no slot.
-    result.cron_fired, result.cron_skipped = lifecycle.fire_due_cron(using=using)
+    if not paused:
+        result.cron_fired, result.cron_skipped = lifecycle.fire_due_cron(using=using)
     # First, so that this pass's statements and the workers' next claims are planned on
     # statistics of the table as it is.
     with lifecycle.lead(LOCK_NAME, using=using) as leader:
@@ -62,7 +67,7 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
             ", ".join(result.analyzed),
         )
     steps = [
-        ("promoted", lifecycle.promote_due),
+        *([] if paused else [("promoted", lifecycle.promote_due)]),
         ("expired", lifecycle.expire_stale),
         ("rescued", lifecycle.rescue_expired),
         ("recovered", lifecycle.recover_dead_workers),

@@ -42,3 +42,12 @@ def _forget_worker_touches() -> None:
     from django_ojs.lifecycle import claim
 
     claim._touched.clear()
+
+
+@pytest.fixture(autouse=True)
+def _forget_maintenance() -> None:
+    """Each test starts with no maintenance switch cached from an earlier one (whose row
+    was rolled back or truncated with that test's database)."""
+    from django_ojs import lifecycle
+
+    lifecycle.forget_maintenance()

@@ -102,6 +102,11 @@ admin = [
         name="admin-dead-letter-retry",
     ),
     path("system/config", admin_views.SystemConfigView.as_view(), name="admin-system-config"),
+    path(
+        "system/maintenance",
+        admin_views.MaintenanceView.as_view(),
+        name="admin-system-maintenance",
+    ),
 ]
 v1.append(path("admin/", include(admin)))
 

@@ -61,6 +61,13 @@ from django_ojs.lifecycle.settle import (
     run_now,
 )
 from django_ojs.lifecycle.store import db as database
+from django_ojs.lifecycle.system import (
+    MaintenanceStatus,
+    forget_maintenance,
+    in_maintenance,
+    maintenance_status,
+    set_maintenance,
+)
 from django_ojs.lifecycle.workers import Heartbeat, beat, deregister, register, set_directive
 from django_ojs.lifecycle.workflows import KINDS as WORKFLOW_KINDS
 from django_ojs.lifecycle.workflows import MAX_DEPTH as WORKFLOW_MAX_DEPTH
@@ -81,6 +88,7 @@ __all__ = [
     "WORKFLOW_MAX_DEPTH",
     "Fetch",
     "Heartbeat",
+    "MaintenanceStatus",
     "WorkflowSpec",
     "ack",
     "ack_many",
@@ -104,12 +112,15 @@ __all__ = [
     "fail_many",
     "fetch",
     "fire_due_cron",
+    "forget_maintenance",
     "get_cron",
     "get_workflow",
+    "in_maintenance",
     "job_spec",
     "lead",
     "listen",
     "maintain_partitions",
+    "maintenance_status",
     "override_rate_limit",
     "partition_layout",
     "partition_tables",
@@ -139,6 +150,7 @@ __all__ = [
     "run_now",
     "set_cron_enabled",
     "set_directive",
+    "set_maintenance",
     "set_queue_limits",
     "sync_cron",
     "unpartition_tables",
