@@ -68,6 +68,11 @@ RESPONSE_CONTENT_TYPES = ("application/openjobspec+json", "application/json")
 #: Seconds an API key, once verified, is trusted without reading its row again: the longest
 #: a key revoked or narrowed in another process keeps working (0: read it on every request).
 DEFAULT_API_KEY_CACHE_SECONDS = 5.0
+#: Most items (jobs or job ids; jobs a filter matches) one bulk request may name (bulk
+#: operations §9.1: at least 100, should be 1000); more is 413.
+DEFAULT_BULK_MAX_ITEMS = 1000
+#: Seconds the answer to a bulk request with an idempotency key is kept (§10.2: >= 24 h).
+DEFAULT_BULK_IDEMPOTENCY_SECONDS = 86400.0
 #: Seconds a process trusts the maintenance switch it last read: the longest another
 #: process's workers keep claiming after maintenance mode is switched on (0: read it on
 #: every fetch).
@@ -272,6 +277,16 @@ class Settings:
     def API_KEY_CACHE_SECONDS(self) -> float:
         """Seconds a verified API key is trusted before its row is read again (0: never)."""
         return float(self._get("OJS_API_KEY_CACHE_SECONDS", DEFAULT_API_KEY_CACHE_SECONDS))
+
+    @property
+    def BULK_MAX_ITEMS(self) -> int:
+        """Most items one bulk request may name (413 above it)."""
+        return int(self._get("OJS_BULK_MAX_ITEMS", DEFAULT_BULK_MAX_ITEMS))
+
+    @property
+    def BULK_IDEMPOTENCY_SECONDS(self) -> float:
+        """Seconds the answer to a bulk request with an idempotency key is kept."""
+        return float(self._get("OJS_BULK_IDEMPOTENCY_SECONDS", DEFAULT_BULK_IDEMPOTENCY_SECONDS))
 
     @property
     def MAINTENANCE_CACHE_SECONDS(self) -> float:

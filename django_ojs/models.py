@@ -470,6 +470,35 @@ class Maintenance(models.Model):
         return "maintenance on" if self.enabled else "maintenance off"
 
 
+class IdempotencyKey(models.Model):
+    """The stored answer to a bulk request sent with an idempotency key (bulk operations
+    §10): the same key and body within ``OJS_BULK_IDEMPOTENCY_SECONDS`` get this answer
+    again; the same key with another body is a conflict. Keys are scoped per operation.
+
+    Written by ``lifecycle.idempotent`` only; deleted by the reaper once expired.
+    """
+
+    operation = models.CharField(max_length=16)
+    key = models.CharField(max_length=256)
+    #: SHA-256 of the request body in canonical JSON (without the key itself).
+    fingerprint = models.CharField(max_length=64)
+    #: ``None`` while the first request is being processed.
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects: ClassVar[models.Manager[IdempotencyKey]] = models.Manager()
+
+    class Meta:
+        db_table = "ojs_idempotency_key"
+        constraints = [
+            models.UniqueConstraint(fields=["operation", "key"], name="ojs_idempotency_key_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation}:{self.key}"
+
+
 class RateLimitState(models.Model):
     """Per rate-limit key: whether it holds jobs back (§11.1 events) and any override."""
 

@@ -154,6 +154,8 @@ def prune_expired(*, using: str | None = None) -> dict[str, int]:
     with lifecycle.lead(LOCK_NAME, using=using) as leader:
         if leader:
             out["results"] = lifecycle.prune_results(now, using=using)
+            # Bulk operations §10.2: answers to idempotency keys are kept 24 h.
+            out["idempotency_keys"] = lifecycle.prune_idempotency_keys(now=now, using=using)
     return out
 
 

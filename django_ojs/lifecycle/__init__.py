@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from django_ojs.drivers.base import INTERVALS as PARTITION_INTERVALS
 from django_ojs.lifecycle.batch import ack_many, fail_many
+from django_ojs.lifecycle.bulkitems import ATOMICITY as BULK_ATOMICITY
+from django_ojs.lifecycle.bulkitems import Item as BulkItem
+from django_ojs.lifecycle.bulkitems import bulk_change, bulk_enqueue
 from django_ojs.lifecycle.bulkops import ACTIONS as BULK_ACTIONS
 from django_ojs.lifecycle.bulkops import bulk
 from django_ojs.lifecycle.claim import Fetch, fetch, listen
@@ -22,6 +25,7 @@ from django_ojs.lifecycle.cron import register as register_cron
 from django_ojs.lifecycle.cron import run_now as run_cron_now
 from django_ojs.lifecycle.cron import set_enabled as set_cron_enabled
 from django_ojs.lifecycle.cron import sync as sync_cron
+from django_ojs.lifecycle.idempotency import idempotent, prune_idempotency_keys
 from django_ojs.lifecycle.leadership import lead
 from django_ojs.lifecycle.maintenance import BATCH as MAINTENANCE_BATCH
 from django_ojs.lifecycle.maintenance import (
@@ -80,12 +84,14 @@ from django_ojs.lifecycle.workflows import tree as workflow_tree
 
 __all__ = [
     "BULK_ACTIONS",
+    "BULK_ATOMICITY",
     "MAINTENANCE_BATCH",
     "PARTITION_INTERVALS",
     "PARTITION_TABLES",
     "RESULTS_MAX_IDS",
     "WORKFLOW_KINDS",
     "WORKFLOW_MAX_DEPTH",
+    "BulkItem",
     "Fetch",
     "Heartbeat",
     "MaintenanceStatus",
@@ -95,6 +101,8 @@ __all__ = [
     "activate",
     "beat",
     "bulk",
+    "bulk_change",
+    "bulk_enqueue",
     "cancel",
     "cancel_workflow",
     "clear_rate_limit_override",
@@ -115,6 +123,7 @@ __all__ = [
     "forget_maintenance",
     "get_cron",
     "get_workflow",
+    "idempotent",
     "in_maintenance",
     "job_spec",
     "lead",
@@ -128,6 +137,7 @@ __all__ = [
     "progress_of",
     "promote_due",
     "prune",
+    "prune_idempotency_keys",
     "prune_results",
     "purge",
     "purge_all",

@@ -25,7 +25,7 @@ from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import audit
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Maintenance, Queue
-from django_ojs.validation import duration_ms
+from django_ojs.validation import check_string, duration_ms
 
 #: Longest ``reason`` kept (the column's length).
 MAX_REASON = 500
@@ -98,8 +98,7 @@ def set_maintenance(
         raise ValidationError("enabled must be true or false", field="enabled")
     if not isinstance(reason, str):
         raise ValidationError("reason must be a string", field="reason")
-    if len(reason) > MAX_REASON:
-        raise ValidationError(f"reason must be at most {MAX_REASON} characters", field="reason")
+    check_string(reason, "reason", max_length=MAX_REASON)
     ms = duration_ms(estimated_duration, "estimated_duration")
     if ms is not None and not enabled:
         raise ValidationError(

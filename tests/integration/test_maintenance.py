@@ -252,3 +252,8 @@ def test_admin__switch_needs_its_permission(db):
     switcher = operator("ojs.view_job", "ojs.switch_maintenance", username="switcher")
     assert switcher.post(SWITCH, {"enabled": "on"}).status_code == 302
     assert lifecycle.maintenance_status().enabled is True
+
+
+def test_http__a_reason_the_store_cannot_hold_is_a_400(api):
+    assert_ojs_error(api.post(M, {"enabled": True, "reason": "a\u0000b"}), 400)
+    assert lifecycle.maintenance_status().enabled is False

@@ -5,6 +5,8 @@ Spec, copied unchanged; django-ojs does not serve a schema of its own). Schemath
 generates requests from it, valid and invalid, and sends them to the Django WSGI app with
 an admin key; the only check is ``not_a_server_error``. Operations django-ojs does not
 implement (cron, workflows, admin, debug, per-job events) are left out: they are 404s.
+``tests/openapi-extensions.yaml`` describes, the same way, what django-ojs serves beyond
+that schema: the bulk-operations extension and maintenance mode.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ SERVED = (
 )
 
 schema = schemathesis.openapi.from_path(SCHEMA).include(path_regex=SERVED)
+extensions = schemathesis.openapi.from_path(SCHEMA.with_name("openapi-extensions.yaml"))
 
 
 @pytest.fixture
@@ -62,6 +65,22 @@ def test_the_schema_covers_the_served_operations():
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_no_operation_answers_5xx(case: Any, app: WSGIHandler, auth: dict[str, str]):
+    case.call_and_validate(
+        base_url="http://testserver", app=app, headers=auth, checks=[not_a_server_error]
+    )
+
+
+def test_the_extensions_schema_covers_bulk_and_maintenance():
+    assert len(list(extensions.get_all_operations())) == 6
+
+
+@extensions.parametrize()
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_no_extension_operation_answers_5xx(case: Any, app: WSGIHandler, auth: dict[str, str]):
     case.call_and_validate(
         base_url="http://testserver", app=app, headers=auth, checks=[not_a_server_error]
     )
