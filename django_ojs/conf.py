@@ -73,6 +73,12 @@ DEFAULT_API_KEY_CACHE_SECONDS = 5.0
 DEFAULT_BULK_MAX_ITEMS = 1000
 #: Seconds the answer to a bulk request with an idempotency key is kept (§10.2: >= 24 h).
 DEFAULT_BULK_IDEMPOTENCY_SECONDS = 86400.0
+#: Longest a progress stream (SSE) stays open, in seconds; the client reconnects after it.
+DEFAULT_PROGRESS_STREAM_SECONDS = 300.0
+#: Seconds between two reads of a followed job's progress.
+DEFAULT_PROGRESS_STREAM_POLL_SECONDS = 0.5
+#: Seconds of silence after which a progress stream sends a heartbeat comment.
+DEFAULT_PROGRESS_STREAM_HEARTBEAT_SECONDS = 15.0
 #: Seconds a process trusts the maintenance switch it last read: the longest another
 #: process's workers keep claiming after maintenance mode is switched on (0: read it on
 #: every fetch).
@@ -287,6 +293,27 @@ class Settings:
     def BULK_IDEMPOTENCY_SECONDS(self) -> float:
         """Seconds the answer to a bulk request with an idempotency key is kept."""
         return float(self._get("OJS_BULK_IDEMPOTENCY_SECONDS", DEFAULT_BULK_IDEMPOTENCY_SECONDS))
+
+    @property
+    def PROGRESS_STREAM_SECONDS(self) -> float:
+        """Longest a progress stream stays open, in seconds."""
+        return float(self._get("OJS_PROGRESS_STREAM_SECONDS", DEFAULT_PROGRESS_STREAM_SECONDS))
+
+    @property
+    def PROGRESS_STREAM_POLL_SECONDS(self) -> float:
+        """Seconds between two reads of a followed job's progress."""
+        return float(
+            self._get("OJS_PROGRESS_STREAM_POLL_SECONDS", DEFAULT_PROGRESS_STREAM_POLL_SECONDS)
+        )
+
+    @property
+    def PROGRESS_STREAM_HEARTBEAT_SECONDS(self) -> float:
+        """Seconds of silence after which a progress stream sends a heartbeat comment."""
+        return float(
+            self._get(
+                "OJS_PROGRESS_STREAM_HEARTBEAT_SECONDS", DEFAULT_PROGRESS_STREAM_HEARTBEAT_SECONDS
+            )
+        )
 
     @property
     def MAINTENANCE_CACHE_SECONDS(self) -> float:

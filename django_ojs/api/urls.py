@@ -25,6 +25,11 @@ v1: list[URLPattern | URLResolver] = [
     path("jobs/<str:job_id>/activate", views.JobActivateView.as_view(), name="job-activate"),
     path("jobs/<str:job_id>/result", views.JobResultView.as_view(), name="job-result"),
     path("jobs/<str:job_id>/progress", views.ProgressView.as_view(), name="job-progress"),
+    path(
+        "jobs/<str:job_id>/progress/stream",
+        views.ProgressStreamView.as_view(),
+        name="job-progress-stream",
+    ),
     path("workers/fetch", views.FetchView.as_view(), name="worker-fetch"),
     path("workers/ack", views.AckView.as_view(), name="worker-ack"),
     path("workers/nack", views.NackView.as_view(), name="worker-nack"),

@@ -40,6 +40,7 @@ from django_ojs.api.views.workers import (
     FetchView,
     HeartbeatView,
     NackView,
+    ProgressStreamView,
     ProgressView,
 )
 from django_ojs.api.views.workflows import WorkflowDetailView, WorkflowListView
@@ -72,6 +73,7 @@ __all__ = [
     "NackView",
     "NotFoundView",
     "OJSView",
+    "ProgressStreamView",
     "ProgressView",
     "QueueConfigView",
     "QueueListView",
