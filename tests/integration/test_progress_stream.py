@@ -150,6 +150,8 @@ def test_stream__unknown_job_and_scopes(fast):
     job = active()
     assert_ojs_error(client("producer").get(f"/jobs/{job.id}/progress/stream"), 403)
     assert client(None).get(f"/jobs/{job.id}/progress/stream").status_code == 401
+    head = client("admin").request("HEAD", f"/jobs/{job.id}/progress/stream")
+    assert head.status_code == 200 and not head.streaming and head.content == b""
     # The polling form is unchanged.
     assert client("admin").get(f"/jobs/{job.id}/progress").body["state"] == "active"
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from rest_framework.response import Response
 
 from django_ojs import lifecycle, watch
@@ -100,6 +100,8 @@ class ProgressStreamView(OJSView):
         self.require_job_queue(request, job_id, INSPECT)
         updates = watch.follow(job_id)
         first = next(updates)  # an unknown job is a 404 envelope, not an empty stream
+        if request.method == "HEAD":  # no body: do not hold a thread to stream nothing
+            return HttpResponse(content_type="text/event-stream; charset=utf-8")
         response = StreamingHttpResponse(
             _sse(first, updates), content_type="text/event-stream; charset=utf-8"
         )
