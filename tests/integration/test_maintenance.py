@@ -22,6 +22,10 @@ from tests.integration.api_support import assert_ojs_error, client
 pytestmark = pytest.mark.django_db
 
 M = "/admin/system/maintenance"
+OFF = {
+    "maintenance": False, "reason": None, "enabled_at": None, "estimated_end": None,
+    "enabled": False, "started_at": None, "ends_at": None,
+}  # fmt: skip
 
 
 @pytest.fixture
@@ -30,9 +34,7 @@ def api(db):
 
 
 def test_http__round_trip_on_then_off(api):
-    assert api.get(M).body == {
-        "maintenance": False, "reason": None, "enabled_at": None, "estimated_end": None,
-    }  # fmt: skip
+    assert api.get(M).body == OFF
 
     on = api.post(M, {"enabled": True, "reason": "DB upgrade", "estimated_duration": "PT30M"})
 
@@ -47,10 +49,19 @@ def test_http__round_trip_on_then_off(api):
     off = api.post(M, {"enabled": False})
 
     assert off.status_code == 200
-    assert off.body == {
-        "maintenance": False, "reason": None, "enabled_at": None, "estimated_end": None,
-    }  # fmt: skip
+    assert off.body == OFF
     assert api.get(M).body["maintenance"] is False
+
+
+def test_http__the_official_admin_uis_names_too(api):
+    """The OJS admin UI sends {enabled, reason, duration} and reads enabled, started_at
+    and ends_at."""
+    on = api.post(M, {"enabled": True, "reason": "ui", "duration": "PT5M"}).body
+
+    assert on["enabled"] is True and on["started_at"] == on["enabled_at"]
+    assert on["ends_at"] == on["estimated_end"] is not None
+    both = api.post(M, {"enabled": True, "duration": "PT5M", "estimated_duration": "PT5M"})
+    assert_ojs_error(both, 400)
 
 
 def test_http__switching_on_again_keeps_enabled_at(api):
