@@ -40,7 +40,7 @@ def events(chunks) -> list[tuple[str, dict]]:
         if text.startswith(":"):
             out.append((":", {}))
         elif text.startswith("event:"):
-            head, data = text.strip().split("\n")
+            head, *_, data = text.strip().split("\n")
             out.append((head.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
     return out
 
@@ -94,6 +94,24 @@ def test_stream__a_finished_job_ends_at_once_with_its_final_event(fast):
     assert first == "progress" and first_data["progress"] == 0.5
     assert last == "completed" and last_data["progress"] == 1.0
     assert last_data["updated_at"] == first_data["updated_at"]
+
+
+@pytest.mark.django_db
+def test_stream__a_reconnect_after_the_final_event_is_204(fast):
+    """EventSource reconnects when a stream ends; the final event's id tells us it saw the
+    end, and 204 makes it stop."""
+    api = client("admin")
+    job = active()
+    lifecycle.ack(job.id, None, worker_id="w")
+    chunks = list(open_stream(api, job.id))
+    assert chunks[-1].startswith(b"event: completed\nid: end\ndata: ")
+
+    again = api.get(f"/jobs/{job.id}/progress/stream", headers={"Last-Event-ID": "end"})
+
+    assert again.status_code == 204 and not again.streaming
+    # Another id, or a job not finished, streams as usual.
+    other = api.get(f"/jobs/{active('q3').id}/progress/stream", headers={"Last-Event-ID": "end"})
+    assert other.status_code == 200 and other.streaming
 
 
 @pytest.mark.django_db

@@ -92,12 +92,19 @@ class ProgressStreamView(OJSView):
     ``: heartbeat`` comment after ``OJS_PROGRESS_STREAM_HEARTBEAT_SECONDS`` of silence; at
     most ``OJS_PROGRESS_STREAM_SECONDS`` long (then ``event: timeout``: reconnect). Each
     open stream holds a server thread (WSGI) and a database connection.
+
+    The final event has the id ``end``. A browser's ``EventSource`` reconnects when a
+    stream closes, sending ``Last-Event-ID: end``: for a finished job that is a 204, which
+    tells it to stop (instead of reconnecting every ``retry`` forever).
     """
 
     operation = INSPECT
 
     def get(self, request: Any, job_id: str) -> Any:
         self.require_job_queue(request, job_id, INSPECT)
+        seen_end = request.META.get("HTTP_LAST_EVENT_ID") == END_ID
+        if seen_end and lifecycle.progress_of(job_id).state in watch.FINAL:
+            return HttpResponse(status=204)
         updates = watch.follow(job_id)
         first = next(updates)  # an unknown job is a 404 envelope, not an empty stream
         if request.method == "HEAD":  # no body: do not hold a thread to stream nothing
@@ -109,6 +116,11 @@ class ProgressStreamView(OJSView):
         return response
 
 
+#: The id of a stream's final event (``completed``, ``failed``, ``cancelled``).
+END_ID = "end"
+FINAL_EVENTS = frozenset(watch.FINAL.values())
+
+
 def _sse(first: watch.Update, rest: Iterator[watch.Update]) -> Iterator[bytes]:
     yield b"retry: 3000\n\n"
     for update in itertools.chain([first], rest):
@@ -116,7 +128,8 @@ def _sse(first: watch.Update, rest: Iterator[watch.Update]) -> Iterator[bytes]:
             yield b": heartbeat\n\n"
         else:
             data = json.dumps(update.data, ensure_ascii=False, default=str)
-            yield f"event: {update.kind}\ndata: {data}\n\n".encode("utf-8", "replace")
+            last = f"id: {END_ID}\n" if update.kind in FINAL_EVENTS else ""
+            yield f"event: {update.kind}\n{last}data: {data}\n\n".encode("utf-8", "replace")
 
 
 class ProgressView(WorkerView):
