@@ -69,6 +69,21 @@ RESPONSE_CONTENT_TYPES = ("application/openjobspec+json", "application/json")
 #: Seconds an API key, once verified, is trusted without reading its row again: the longest
 #: a key revoked or narrowed in another process keeps working (0: read it on every request).
 DEFAULT_API_KEY_CACHE_SECONDS = 5.0
+#: Most items (jobs or job ids; jobs a filter matches) one bulk request may name (bulk
+#: operations §9.1: at least 100, should be 1000); more is 413.
+DEFAULT_BULK_MAX_ITEMS = 1000
+#: Seconds the answer to a bulk request with an idempotency key is kept (§10.2: >= 24 h).
+DEFAULT_BULK_IDEMPOTENCY_SECONDS = 86400.0
+#: Longest a progress stream (SSE) stays open, in seconds; the client reconnects after it.
+DEFAULT_PROGRESS_STREAM_SECONDS = 300.0
+#: Seconds between two reads of a followed job's progress.
+DEFAULT_PROGRESS_STREAM_POLL_SECONDS = 0.5
+#: Seconds of silence after which a progress stream sends a heartbeat comment.
+DEFAULT_PROGRESS_STREAM_HEARTBEAT_SECONDS = 15.0
+#: Seconds a process trusts the maintenance switch it last read: the longest another
+#: process's workers keep claiming after maintenance mode is switched on (0: read it on
+#: every fetch).
+DEFAULT_MAINTENANCE_CACHE_SECONDS = 1.0
 #: Largest accepted HTTP request body, in bytes (413 above it).
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 #: Deepest nesting of arrays/objects accepted in a JSON value a client sends (args, meta,
@@ -303,6 +318,42 @@ class Settings:
     def API_KEY_CACHE_SECONDS(self) -> float:
         """Seconds a verified API key is trusted before its row is read again (0: never)."""
         return float(self._get("OJS_API_KEY_CACHE_SECONDS", DEFAULT_API_KEY_CACHE_SECONDS))
+
+    @property
+    def BULK_MAX_ITEMS(self) -> int:
+        """Most items one bulk request may name (413 above it)."""
+        return int(self._get("OJS_BULK_MAX_ITEMS", DEFAULT_BULK_MAX_ITEMS))
+
+    @property
+    def BULK_IDEMPOTENCY_SECONDS(self) -> float:
+        """Seconds the answer to a bulk request with an idempotency key is kept."""
+        return float(self._get("OJS_BULK_IDEMPOTENCY_SECONDS", DEFAULT_BULK_IDEMPOTENCY_SECONDS))
+
+    @property
+    def PROGRESS_STREAM_SECONDS(self) -> float:
+        """Longest a progress stream stays open, in seconds."""
+        return float(self._get("OJS_PROGRESS_STREAM_SECONDS", DEFAULT_PROGRESS_STREAM_SECONDS))
+
+    @property
+    def PROGRESS_STREAM_POLL_SECONDS(self) -> float:
+        """Seconds between two reads of a followed job's progress."""
+        return float(
+            self._get("OJS_PROGRESS_STREAM_POLL_SECONDS", DEFAULT_PROGRESS_STREAM_POLL_SECONDS)
+        )
+
+    @property
+    def PROGRESS_STREAM_HEARTBEAT_SECONDS(self) -> float:
+        """Seconds of silence after which a progress stream sends a heartbeat comment."""
+        return float(
+            self._get(
+                "OJS_PROGRESS_STREAM_HEARTBEAT_SECONDS", DEFAULT_PROGRESS_STREAM_HEARTBEAT_SECONDS
+            )
+        )
+
+    @property
+    def MAINTENANCE_CACHE_SECONDS(self) -> float:
+        """Seconds a process trusts the maintenance switch it last read (0: never)."""
+        return float(self._get("OJS_MAINTENANCE_CACHE_SECONDS", DEFAULT_MAINTENANCE_CACHE_SECONDS))
 
     @property
     def MAX_REQUEST_BYTES(self) -> int:

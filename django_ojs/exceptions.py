@@ -233,6 +233,28 @@ class DuplicateJob(OJSError):
     http_status = 409
 
 
+class IdempotencyConflict(OJSError):
+    """The idempotency key was used with another request body, or its first request is
+    still being processed (bulk operations §10, §11.2)."""
+
+    code = "conflict"
+    http_status = 409
+
+
+class BatchSizeExceeded(OJSError):
+    """The bulk request has more items than the server accepts (bulk operations §9.1)."""
+
+    code = "batch_size_exceeded"
+    http_status = 413
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(
+            f"Batch size {size} exceeds maximum of {limit}",
+            details={"batch_size": size, "max_batch_size": limit},
+        )
+        self.limit = limit
+
+
 class QueuePaused(OJSError):
     """The queue is paused."""
 

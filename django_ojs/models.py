@@ -437,6 +437,68 @@ class Queue(models.Model):
         return self.name
 
 
+class Maintenance(models.Model):
+    """The maintenance switch (OJS admin API §12.1): one row (``id`` 1), or none (off).
+
+    While ``enabled``, fetches claim nothing, the reaper promotes no scheduled job and
+    fires no cron entry; enqueueing is still accepted. Written by
+    ``lifecycle.set_maintenance`` only; read through ``lifecycle.in_maintenance`` (a short
+    per-process cache, ``OJS_MAINTENANCE_CACHE_SECONDS``).
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    enabled = models.BooleanField(default=False)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    enabled_at = models.DateTimeField(null=True, blank=True)
+    #: ``enabled_at`` + the ``estimated_duration`` given; informative only (nothing ends
+    #: maintenance by itself).
+    estimated_end = models.DateTimeField(null=True, blank=True)
+    #: Who switched it last (the audit trail has the whole history).
+    changed_by = models.CharField(max_length=255, blank=True, default="")
+    changed_at = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[models.Manager[Maintenance]] = models.Manager()
+
+    class Meta:
+        db_table = "ojs_maintenance"
+        default_permissions = ("view",)
+        permissions = [("switch_maintenance", "Can switch maintenance mode on and off")]
+        verbose_name = "maintenance mode"
+        verbose_name_plural = "maintenance mode"
+
+    def __str__(self) -> str:
+        return "maintenance on" if self.enabled else "maintenance off"
+
+
+class IdempotencyKey(models.Model):
+    """The stored answer to a bulk request sent with an idempotency key (bulk operations
+    §10): the same key and body within ``OJS_BULK_IDEMPOTENCY_SECONDS`` get this answer
+    again; the same key with another body is a conflict. Keys are scoped per operation.
+
+    Written by ``lifecycle.idempotent`` only; deleted by the reaper once expired.
+    """
+
+    operation = models.CharField(max_length=16)
+    key = models.CharField(max_length=256)
+    #: SHA-256 of the request body in canonical JSON (without the key itself).
+    fingerprint = models.CharField(max_length=64)
+    #: ``None`` while the first request is being processed.
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects: ClassVar[models.Manager[IdempotencyKey]] = models.Manager()
+
+    class Meta:
+        db_table = "ojs_idempotency_key"
+        constraints = [
+            models.UniqueConstraint(fields=["operation", "key"], name="ojs_idempotency_key_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation}:{self.key}"
+
+
 class RateLimitState(models.Model):
     """Per rate-limit key: whether it holds jobs back (§11.1 events) and any override."""
 

@@ -51,9 +51,14 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
     """One maintenance pass. Loops each step until its batch comes back short."""
     using = lifecycle.database(using)
     result = PassResult()
+    # Admin API §12.1: maintenance mode pauses scheduled promotion and cron triggers (an
+    # entry whose slots passed meanwhile fires once when it is off, its cron.triggered
+    # event counting the slots missed).
+    paused = lifecycle.in_maintenance(using=using)
     # Cron needs no leader: each slot is taken with a compare-and-set (lifecycle/cron.py),
     # so every reaper and worker evaluates, and a dead one loses no slot.
-    result.cron_fired, result.cron_skipped = lifecycle.fire_due_cron(using=using)
+    if not paused:
+        result.cron_fired, result.cron_skipped = lifecycle.fire_due_cron(using=using)
     # Webhooks need no leader either: one dispatcher at a time moves the event cursor.
     try:
         result.webhooks = lifecycle.dispatch_webhooks(using=using)
@@ -73,7 +78,7 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
             ", ".join(result.analyzed),
         )
     steps = [
-        ("promoted", lifecycle.promote_due),
+        *([] if paused else [("promoted", lifecycle.promote_due)]),
         ("expired", lifecycle.expire_stale),
         ("rescued", lifecycle.rescue_expired),
         ("recovered", lifecycle.recover_dead_workers),
@@ -160,6 +165,8 @@ def prune_expired(*, using: str | None = None) -> dict[str, int]:
     with lifecycle.lead(LOCK_NAME, using=using) as leader:
         if leader:
             out["results"] = lifecycle.prune_results(now, using=using)
+            # Bulk operations §10.2: answers to idempotency keys are kept 24 h.
+            out["idempotency_keys"] = lifecycle.prune_idempotency_keys(now=now, using=using)
     return out
 
 

@@ -53,3 +53,12 @@ def _forget_webhook_state() -> None:
 
     webhooks.forget()
     webhooks._gaps.clear()
+
+
+@pytest.fixture(autouse=True)
+def _forget_maintenance() -> None:
+    """Each test starts with no maintenance switch cached from an earlier one (whose row
+    was rolled back or truncated with that test's database)."""
+    from django_ojs import lifecycle
+
+    lifecycle.forget_maintenance()

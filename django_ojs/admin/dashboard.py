@@ -1,6 +1,7 @@
 """The operator dashboard: counts by state per queue, what needs attention, and charts.
 
-Read-only. The per-minute charts count ``job.completed`` / ``job.failed`` /
+Read-only, but for the maintenance mode switch (admin API §12.1), which calls
+``lifecycle.set_maintenance``. The per-minute charts count ``job.completed`` / ``job.failed`` /
 ``job.retrying`` events; when events are not stored (``OJS_STORE_EVENTS = False``) they
 fall back to the finish times of the jobs still stored, and the page says so.
 """
@@ -14,20 +15,22 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
+from django_ojs import lifecycle
 from django_ojs import queues as queue_ops
 from django_ojs.admin import charts, display
-from django_ojs.admin.base import ReadOnlyAdmin
+from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
 from django_ojs.admin.workers import stale_before
 from django_ojs.conf import settings
+from django_ojs.exceptions import OJSError
 from django_ojs.models import Dashboard, Event, Job, Worker
 from django_ojs.states import JobState
 
@@ -282,8 +285,41 @@ class DashboardAdmin(ReadOnlyAdmin[Dashboard]):
 
     def get_urls(self) -> list[URLPattern]:
         # Only the page itself: no object views under /admin/ojs/dashboard/<pk>/.
-        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
-        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path("", self.admin_site.admin_view(self.changelist_view), name=f"{name}_changelist"),
+            path(
+                "maintenance/",
+                self.admin_site.admin_view(self.maintenance_view),
+                name=f"{name}_maintenance",
+            ),
+        ]
+
+    def maintenance_view(self, request: HttpRequest) -> HttpResponse:
+        """The dashboard's switch (POST ``enabled`` = ``on``/``off``, ``reason``,
+        ``duration``): needs the ``ojs.switch_maintenance`` permission."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not request.user.has_perm("ojs.switch_maintenance"):
+            raise PermissionDenied
+        enabled = request.POST.get("enabled") == "on"
+        duration = request.POST.get("duration", "").strip() or None
+        try:
+            status = lifecycle.set_maintenance(
+                enabled,
+                reason=request.POST.get("reason", "").strip(),
+                estimated_duration=duration,
+                actor=admin_actor(request),
+            )
+        except OJSError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+        else:
+            if status.enabled:
+                text = "Maintenance mode is on: workers fetch no jobs until it is switched off."
+            else:
+                text = "Maintenance mode is off: workers fetch jobs again."
+            self.message_user(request, text, messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:ojs_dashboard_changelist"))
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -300,6 +336,8 @@ class DashboardAdmin(ReadOnlyAdmin[Dashboard]):
             "media": self.media,
             "window_minutes": WINDOW_MINUTES,
             "refresh_seconds": settings.ADMIN_REFRESH_SECONDS,
+            "maintenance": lifecycle.maintenance_status(),
+            "can_switch_maintenance": request.user.has_perm("ojs.switch_maintenance"),
             **context(),
             **(extra_context or {}),
         }

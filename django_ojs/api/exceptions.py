@@ -19,7 +19,7 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from django_ojs.exceptions import OJSError
+from django_ojs.exceptions import BatchSizeExceeded, OJSError
 
 logger = logging.getLogger("django_ojs.api")
 #: Authentication failures and permission denials, one JSON line each (OJS security §11,
@@ -168,6 +168,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         error_type = getattr(exc, "error_type", None)
         if error_type:
             fields["type"] = error_type  # conformance L1-RTR-011/012 read error.type
+        if isinstance(exc, BatchSizeExceeded):
+            # Bulk operations §9.1 puts the limit in the error, §11.3 in a header too.
+            fields["max_batch_size"] = exc.limit
+            headers["X-OJS-Max-Batch-Size"] = str(exc.limit)
     elif isinstance(exc, Http404):
         status, fields = 404, {"code": "not_found", "message": str(exc) or "Not found."}
     elif isinstance(exc, DjangoPermissionDenied):

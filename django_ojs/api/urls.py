@@ -18,11 +18,20 @@ v1: list[URLPattern | URLResolver] = [
     path("ready", views.ReadyView.as_view(), name="ready"),
     path("jobs", views.JobListView.as_view(), name="job-list"),
     path("jobs/batch", views.JobBatchView.as_view(), name="job-batch"),
+    path("jobs/bulk", views.BulkEnqueueView.as_view(), name="job-bulk"),
+    path("jobs/bulk/cancel", views.BulkCancelView.as_view(), name="job-bulk-cancel"),
+    path("jobs/bulk/retry", views.BulkRetryView.as_view(), name="job-bulk-retry"),
+    path("jobs/bulk/delete", views.BulkDeleteView.as_view(), name="job-bulk-delete"),
     path("jobs/results", views.JobResultsView.as_view(), name="job-results"),
     path("jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),
     path("jobs/<str:job_id>/activate", views.JobActivateView.as_view(), name="job-activate"),
     path("jobs/<str:job_id>/result", views.JobResultView.as_view(), name="job-result"),
     path("jobs/<str:job_id>/progress", views.ProgressView.as_view(), name="job-progress"),
+    path(
+        "jobs/<str:job_id>/progress/stream",
+        views.ProgressStreamView.as_view(),
+        name="job-progress-stream",
+    ),
     path("workers/fetch", views.FetchView.as_view(), name="worker-fetch"),
     path("workers/ack", views.AckView.as_view(), name="worker-ack"),
     path("workers/nack", views.NackView.as_view(), name="worker-nack"),
@@ -135,6 +144,11 @@ admin = [
         name="admin-dead-letter-retry",
     ),
     path("system/config", admin_views.SystemConfigView.as_view(), name="admin-system-config"),
+    path(
+        "system/maintenance",
+        admin_views.MaintenanceView.as_view(),
+        name="admin-system-maintenance",
+    ),
 ]
 v1.append(path("admin/", include(admin)))
 

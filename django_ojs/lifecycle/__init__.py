@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from django_ojs.drivers.base import INTERVALS as PARTITION_INTERVALS
 from django_ojs.lifecycle.batch import ack_many, fail_many
+from django_ojs.lifecycle.bulkitems import ATOMICITY as BULK_ATOMICITY
+from django_ojs.lifecycle.bulkitems import Item as BulkItem
+from django_ojs.lifecycle.bulkitems import bulk_change, bulk_enqueue
 from django_ojs.lifecycle.bulkops import ACTIONS as BULK_ACTIONS
 from django_ojs.lifecycle.bulkops import bulk
 from django_ojs.lifecycle.claim import Fetch, fetch, listen
@@ -22,6 +25,7 @@ from django_ojs.lifecycle.cron import register as register_cron
 from django_ojs.lifecycle.cron import run_now as run_cron_now
 from django_ojs.lifecycle.cron import set_enabled as set_cron_enabled
 from django_ojs.lifecycle.cron import sync as sync_cron
+from django_ojs.lifecycle.idempotency import idempotent, prune_idempotency_keys
 from django_ojs.lifecycle.leadership import lead
 from django_ojs.lifecycle.maintenance import BATCH as MAINTENANCE_BATCH
 from django_ojs.lifecycle.maintenance import (
@@ -62,6 +66,13 @@ from django_ojs.lifecycle.settle import (
 )
 from django_ojs.lifecycle.store import backend
 from django_ojs.lifecycle.store import db as database
+from django_ojs.lifecycle.system import (
+    MaintenanceStatus,
+    forget_maintenance,
+    in_maintenance,
+    maintenance_status,
+    set_maintenance,
+)
 from django_ojs.lifecycle.webhooks import any_active as any_active_webhook
 from django_ojs.lifecycle.webhooks import check_url as check_webhook_url
 from django_ojs.lifecycle.webhooks import create as create_webhook
@@ -85,14 +96,17 @@ from django_ojs.lifecycle.workflows import tree as workflow_tree
 
 __all__ = [
     "BULK_ACTIONS",
+    "BULK_ATOMICITY",
     "MAINTENANCE_BATCH",
     "PARTITION_INTERVALS",
     "PARTITION_TABLES",
     "RESULTS_MAX_IDS",
     "WORKFLOW_KINDS",
     "WORKFLOW_MAX_DEPTH",
+    "BulkItem",
     "Fetch",
     "Heartbeat",
+    "MaintenanceStatus",
     "WorkflowSpec",
     "ack",
     "ack_many",
@@ -101,6 +115,8 @@ __all__ = [
     "backend",
     "beat",
     "bulk",
+    "bulk_change",
+    "bulk_enqueue",
     "cancel",
     "cancel_workflow",
     "check_webhook_url",
@@ -122,14 +138,18 @@ __all__ = [
     "fail_many",
     "fetch",
     "fire_due_cron",
+    "forget_maintenance",
     "forget_webhooks",
     "get_cron",
     "get_webhook",
     "get_workflow",
+    "idempotent",
+    "in_maintenance",
     "job_spec",
     "lead",
     "listen",
     "maintain_partitions",
+    "maintenance_status",
     "override_rate_limit",
     "parse_webhook_id",
     "partition_layout",
@@ -138,6 +158,7 @@ __all__ = [
     "progress_of",
     "promote_due",
     "prune",
+    "prune_idempotency_keys",
     "prune_results",
     "purge",
     "purge_all",
@@ -162,6 +183,7 @@ __all__ = [
     "run_now",
     "set_cron_enabled",
     "set_directive",
+    "set_maintenance",
     "set_queue_limits",
     "sync_cron",
     "unpartition_tables",

@@ -21,6 +21,7 @@ from django_ojs.drivers import Listener, Written, get_driver
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.store import db
+from django_ojs.lifecycle.system import in_maintenance
 from django_ojs.lifecycle.workers import stopping
 from django_ojs.models import Job, Queue, RateLimitState
 from django_ojs.policy import configured
@@ -110,6 +111,10 @@ class Fetch:
 
     def __call__(self, count: int) -> list[Job]:
         using, driver, order, worker_id = self.using, self.driver, self.queues, self.worker_id
+        # Admin API §12.1: maintenance mode pauses every queue (FETCH returns empty). A
+        # per-process cached read (OJS_MAINTENANCE_CACHE_SECONDS), not a statement per claim.
+        if in_maintenance(using=using):
+            return []
         if worker_id and self.register and stopping(worker_id, using):
             return []  # graceful shutdown §5.1: no new jobs for a quiet worker
         now = timezone.now()

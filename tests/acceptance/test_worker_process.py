@@ -334,3 +334,34 @@ def test_django_tasks_run_in_a_real_worker_with_retries(processes):
     got = tasks.add.get_result(added.id)
     assert got.status == tasks_api.Status.SUCCESSFUL and got.return_value == 42
     assert got.worker_ids == [worker.worker().id]
+
+
+def test_maintenance_mode_holds_jobs_until_switched_off_by_the_command(processes):
+    # Admin API §12.1: a real worker claims nothing while maintenance is on, and picks the
+    # job up once another process (the management command) switches it off: the switch is
+    # read from the database, within OJS_MAINTENANCE_CACHE_SECONDS.
+    from django_ojs import lifecycle
+    from django_ojs.models import Worker
+
+    lifecycle.set_maintenance(True, reason="acceptance test")
+    worker = processes.worker("--concurrency", "2")
+    held = django_ojs.enqueue("test.echo", ["held"])
+    registered = worker.worker()
+    assert registered is not None
+
+    # Its fetcher polls every 0.05 s; three heartbeats (0.3 s apart) after the enqueue it
+    # has looked for work many times. (A slow machine can only make this pass vacuously.)
+    def beat_after(seen):
+        return lambda: Worker.objects.get(pk=registered.pk).last_heartbeat_at > seen
+
+    for _ in range(3):
+        wait_for(beat_after(Worker.objects.get(pk=registered.pk).last_heartbeat_at), worker, 60)
+    assert job(held.pk).state == "available"
+
+    switch = processes.start(["ojs_maintenance", "off"], {})
+    assert switch.wait(120) == 0, switch.output()
+    assert "Maintenance mode is off." in switch.output()
+
+    wait_for(in_state(held.pk, "completed"), worker, timeout=120)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0

@@ -28,6 +28,15 @@ from django_ojs.models import Event, Job, Worker
 pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
 
 
+@pytest.fixture(autouse=True)
+def _maintenance_switch_known(_forget_maintenance: None, settings: Any) -> None:
+    """Fetches read the maintenance switch once per OJS_MAINTENANCE_CACHE_SECONDS per
+    process, not once each (tests/integration/test_maintenance.py): count a fetch's
+    statements as a busy process makes them, with the switch already read."""
+    settings.OJS_MAINTENANCE_CACHE_SECONDS = 3600
+    assert lifecycle.in_maintenance() is False
+
+
 @pytest.fixture
 def received() -> Iterator[list[dict[str, Any]]]:
     got: list[dict[str, Any]] = []

@@ -220,6 +220,7 @@ def test_reaper_pass__moves_everything_due_and_reports_it(settings):
         "events",
         "workflows",
         "results",
+        "idempotency_keys",
     }
     assert not Job.objects.filter(state="active").exists()
 

@@ -6,6 +6,8 @@ generates requests from it, valid and invalid, and sends them to the Django WSGI
 an admin key; the only check is ``not_a_server_error``. Every operation django-ojs serves
 is in: the core binding, cron, workflows and the admin API. What it does not serve (the
 debug endpoints, per-job and per-queue event streams, the WebSocket) is left out: 404s.
+``tests/openapi-extensions.yaml`` describes, the same way, what django-ojs serves beyond
+that schema: the bulk-operations extension and maintenance mode.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ NOT_SERVED = {
 }
 
 schema = schemathesis.openapi.from_path(SCHEMA).include(path_regex=SERVED)
+extensions = schemathesis.openapi.from_path(SCHEMA.with_name("openapi-extensions.yaml"))
 
 
 @pytest.fixture
@@ -79,6 +82,22 @@ def test_the_schema_covers_the_served_operations():
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_no_operation_answers_5xx(case: Any, app: WSGIHandler, auth: dict[str, str]):
+    case.call_and_validate(
+        base_url="http://testserver", app=app, headers=auth, checks=[not_a_server_error]
+    )
+
+
+def test_the_extensions_schema_covers_bulk_and_maintenance():
+    assert len(list(extensions.get_all_operations())) == 6
+
+
+@extensions.parametrize()
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_no_extension_operation_answers_5xx(case: Any, app: WSGIHandler, auth: dict[str, str]):
     case.call_and_validate(
         base_url="http://testserver", app=app, headers=auth, checks=[not_a_server_error]
     )

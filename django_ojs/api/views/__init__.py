@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from django_ojs.api.views.base import NotFoundView, OJSView
+from django_ojs.api.views.bulk import (
+    BulkCancelView,
+    BulkDeleteView,
+    BulkEnqueueView,
+    BulkRetryView,
+)
 from django_ojs.api.views.cron import CronDetailView, CronListView
 from django_ojs.api.views.dead_letter import (
     DeadLetterBulkRetryView,
@@ -43,12 +49,17 @@ from django_ojs.api.views.workers import (
     FetchView,
     HeartbeatView,
     NackView,
+    ProgressStreamView,
     ProgressView,
 )
 from django_ojs.api.views.workflows import WorkflowDetailView, WorkflowListView
 
 __all__ = [
     "AckView",
+    "BulkCancelView",
+    "BulkDeleteView",
+    "BulkEnqueueView",
+    "BulkRetryView",
     "CronDetailView",
     "CronListView",
     "DeadLetterBulkRetryView",
@@ -71,6 +82,7 @@ __all__ = [
     "NackView",
     "NotFoundView",
     "OJSView",
+    "ProgressStreamView",
     "ProgressView",
     "QueueConfigView",
     "QueueListView",

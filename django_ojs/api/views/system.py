@@ -31,6 +31,7 @@ CONFORMANCE_LEVEL = 4
 #: The official extensions served, each with the version of its spec document.
 OFFICIAL_EXTENSIONS = (
     ("admin-api", "1.0.0-rc.1"),
+    ("bulk-operations", "1.0.0-rc.1"),
     ("cron", "1.0.0-rc.1"),
     ("dead-letter", "1.0.0-rc.1"),
     ("middleware", "1.0.0-rc.1"),

@@ -1,4 +1,5 @@
-"""Worker endpoints (HB §10): FETCH, ACK, FAIL (nack), BEAT (heartbeat), and progress.
+"""Worker endpoints (HB §10): FETCH, ACK, FAIL (nack), BEAT (heartbeat), and progress
+(reports, the last report, and its server-sent event stream).
 
 External workers and the in-process ``ojs_worker`` share ``lifecycle.fetch`` and friends.
 A worker that never registered is created by its first fetch or heartbeat.
@@ -6,12 +7,15 @@ A worker that never registered is created by its first fetch or heartbeat.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+import json
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from django.http import HttpResponse, StreamingHttpResponse
 from rest_framework.response import Response
 
-from django_ojs import lifecycle
+from django_ojs import lifecycle, watch
 from django_ojs.api import serializers
 from django_ojs.api.permissions import DEQUEUE, INSPECT
 from django_ojs.api.views.base import OJSView
@@ -78,6 +82,54 @@ class HeartbeatView(WorkerView):
     def post(self, request: Any) -> Response:
         beat = lifecycle.beat(**serializers.heartbeat_request(self.body(request)))
         return Response(serializers.heartbeat(beat))
+
+
+class ProgressStreamView(OJSView):
+    """``GET /ojs/v1/jobs/{id}/progress/stream`` (progress §7.2): server-sent events.
+
+    ``event: progress`` for each report, ``event: state`` when a non-terminal state
+    changes, then ``completed``, ``failed`` or ``cancelled`` and the end of the stream; a
+    ``: heartbeat`` comment after ``OJS_PROGRESS_STREAM_HEARTBEAT_SECONDS`` of silence; at
+    most ``OJS_PROGRESS_STREAM_SECONDS`` long (then ``event: timeout``: reconnect). Each
+    open stream holds a server thread (WSGI) and a database connection.
+
+    The final event has the id ``end``. A browser's ``EventSource`` reconnects when a
+    stream closes, sending ``Last-Event-ID: end``: for a finished job that is a 204, which
+    tells it to stop (instead of reconnecting every ``retry`` forever).
+    """
+
+    operation = INSPECT
+
+    def get(self, request: Any, job_id: str) -> Any:
+        self.require_job_queue(request, job_id, INSPECT)
+        seen_end = request.META.get("HTTP_LAST_EVENT_ID") == END_ID
+        if seen_end and lifecycle.progress_of(job_id).state in watch.FINAL:
+            return HttpResponse(status=204)
+        updates = watch.follow(job_id)
+        first = next(updates)  # an unknown job is a 404 envelope, not an empty stream
+        if request.method == "HEAD":  # no body: do not hold a thread to stream nothing
+            return HttpResponse(content_type="text/event-stream; charset=utf-8")
+        response = StreamingHttpResponse(
+            _sse(first, updates), content_type="text/event-stream; charset=utf-8"
+        )
+        response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+        return response
+
+
+#: The id of a stream's final event (``completed``, ``failed``, ``cancelled``).
+END_ID = "end"
+FINAL_EVENTS = frozenset(watch.FINAL.values())
+
+
+def _sse(first: watch.Update, rest: Iterator[watch.Update]) -> Iterator[bytes]:
+    yield b"retry: 3000\n\n"
+    for update in itertools.chain([first], rest):
+        if update.kind == "heartbeat":
+            yield b": heartbeat\n\n"
+        else:
+            data = json.dumps(update.data, ensure_ascii=False, default=str)
+            last = f"id: {END_ID}\n" if update.kind in FINAL_EVENTS else ""
+            yield f"event: {update.kind}\n{last}data: {data}\n\n".encode("utf-8", "replace")
 
 
 class ProgressView(WorkerView):
