@@ -154,7 +154,7 @@ def create(
     return Partition(table, name, start, end)
 
 
-# Per-column statistics targets (``ALTER COLUMN … SET STATISTICS``, migration 0019 sets
+# Per-column statistics targets (``ALTER COLUMN … SET STATISTICS``, migration 0002_postgresql sets
 # some to 0): neither ``LIKE`` nor ``PARTITION OF`` copies them, and autovacuum analyses
 # each partition with its own. NULL (PostgreSQL 17+) or -1 (before) is the default.
 STATISTICS_SQL = """

@@ -367,7 +367,7 @@ def left_out() -> dict[str, set[str]]:
 
 @pytest.mark.postgresql
 def test_analyze_leaves_the_documents_out_on_every_layout() -> None:
-    """Migration 0019: no statistics of a job's JSON documents or an event's data,
+    """Migration 0002_postgresql: no statistics of a job's JSON documents or an event's data,
     subject and source; partitions, made at once or later, and the plain table made
     back from them keep it so (neither LIKE nor PARTITION OF copies the targets)."""
     plain = left_out()

@@ -504,7 +504,7 @@ class PostgreSQLDriver(OrmDriver):
 
     def wait_finished(self, job_id: Any, timeout: float) -> str | None:
         # Own autocommit connection: LISTEN first, then mark the job awaited (the trigger
-        # of migration 0013 NOTIFYs a terminal transition of an awaited job), then read
+        # of migration 0002_postgresql NOTIFYs a terminal transition of an awaited job), then read
         # its state. A transition committed before the mark is seen by the read; one
         # after it is notified: none is missed. Notifications of other jobs are skipped.
         params = connections[self.using].get_connection_params()
