@@ -146,7 +146,7 @@ conformance: $(VENV)/.installed ## OJS conformance suites against the example pr
 		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the conformance suites were NOT run (CI=true makes this an error)." >&2; \
 	fi
 
-conformance-ext: $(VENV)/.installed ## OJS extension suites (pinned in tests/conformance_ext) on PostgreSQL; not in make test yet
+conformance-ext: $(VENV)/.installed ## OJS extension suites (pinned in tests/conformance_ext) on PostgreSQL, required ones must pass
 	@if $(PY) -c "import psycopg; psycopg.connect(host='$(PG_HOST)', port=$(PG_PORT), user='$(PG_USER)', dbname='postgres', connect_timeout=5).close()" 2>/dev/null; then \
 		PY=$(PY) PG_HOST=$(PG_HOST) PG_PORT=$(PG_PORT) PG_USER=$(PG_USER) CONF_EXT_DB=$(CONF_EXT_DB) CONF_EXT_PORT=$(CONF_EXT_PORT) .ci/conformance-ext.sh; \
 	elif [ "$$CI" = "true" ]; then \
@@ -155,13 +155,13 @@ conformance-ext: $(VENV)/.installed ## OJS extension suites (pinned in tests/con
 		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the extension conformance suites were NOT run (CI=true makes this an error)." >&2; \
 	fi
 
-test: lint check-migrations docs browser-deps ## Everything CI runs: lint, migrations check, then SQLite, PostgreSQL, Django 6.x, OJS conformance and the wheel's smoke test side by side
+test: lint check-migrations docs browser-deps ## Everything CI runs: lint, migrations check, then SQLite, PostgreSQL, Django 6.x, OJS conformance (core and extensions) and the wheel's smoke test side by side
 	@# The four suites use separate databases (and ports), so they run at the same time
 	@# (TEST_JOBS of them; TEST_JOBS=1 runs them one after the other). Each suite's output
 	@# is printed in one piece when it ends; the first failure fails the target.
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-suites
 
-test-suites: test-sqlite test-postgres test-django6 conformance dist
+test-suites: test-sqlite test-postgres test-django6 conformance conformance-ext dist
 
 dist: $(VENV)/.installed ## Build the wheel and sdist into dist/, check them (twine), then install the wheel in a clean virtualenv and use it (tests/dist_smoke.py)
 	rm -rf dist

@@ -11,6 +11,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from django_ojs.api import views
 from django_ojs.api.views import admin as admin_views
+from django_ojs.api.views import admin_system
 from django_ojs.api.views.admin_ui import admin_ui
 
 v1: list[URLPattern | URLResolver] = [
@@ -143,10 +144,10 @@ admin = [
         admin_views.DeadLetterRetryView.as_view(),
         name="admin-dead-letter-retry",
     ),
-    path("system/config", admin_views.SystemConfigView.as_view(), name="admin-system-config"),
+    path("system/config", admin_system.SystemConfigView.as_view(), name="admin-system-config"),
     path(
         "system/maintenance",
-        admin_views.MaintenanceView.as_view(),
+        admin_system.MaintenanceView.as_view(),
         name="admin-system-maintenance",
     ),
 ]

@@ -25,7 +25,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from django.core.checks import CheckMessage
@@ -34,6 +34,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from django_ojs import envelope
+from django_ojs.drivers.periods import Partition, Partitions
 from django_ojs.ids import uuid7_at
 from django_ojs.models import ApiKey, Event, Job
 
@@ -166,52 +167,6 @@ class Look:
 
     due: bool
     limited: bool
-
-
-@dataclass(frozen=True)
-class Partition:
-    """One partition of a time-partitioned table: the rows created in ``[start, end)``.
-
-    ``start`` and ``end`` are None for the default partition (rows outside every range).
-    """
-
-    table: str
-    name: str
-    start: datetime | None
-    end: datetime | None
-
-
-@dataclass(frozen=True)
-class Partitions:
-    """A table's time partitions (PostgreSQL's optional layout), oldest first."""
-
-    table: str
-    interval: str  # "day", "week" or "month"
-    ranges: list[Partition]
-    default: Partition | None
-
-
-#: The lengths a partitioned table's periods can have.
-INTERVALS = ("day", "week", "month")
-
-
-def period_start(moment: datetime, interval: str) -> datetime:
-    """The first instant (UTC) of the ``interval`` ("day", "week", "month") holding ``moment``."""
-    day = moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    if interval == "week":
-        return day - timedelta(days=day.weekday())
-    if interval == "month":
-        return day.replace(day=1)
-    return day
-
-
-def next_start(start: datetime, interval: str) -> datetime:
-    """The first instant of the period after the one starting at ``start``."""
-    if interval == "week":
-        return start + timedelta(days=7)
-    if interval == "month":
-        return (start + timedelta(days=32)).replace(day=1)
-    return start + timedelta(days=1)
 
 
 _API_KEY_FIELDS = tuple(ApiKey._meta.concrete_fields)

@@ -25,12 +25,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from django_ojs.drivers.base import (
-    INTERVALS,
-    Partition,
-    Partitions,
-    next_start,
-)
+from django_ojs.drivers.periods import INTERVALS, Partition, Partitions, next_start
 from django_ojs.ids import uuid7_floor, uuid7_time
 
 #: The partitioned tables and their partition keys.

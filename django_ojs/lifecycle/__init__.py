@@ -10,7 +10,7 @@ Vendor-specific SQL is behind ``django_ojs.drivers``.
 
 from __future__ import annotations
 
-from django_ojs.drivers.base import INTERVALS as PARTITION_INTERVALS
+from django_ojs.drivers.periods import INTERVALS as PARTITION_INTERVALS
 from django_ojs.lifecycle.batch import ack_many, fail_many
 from django_ojs.lifecycle.bulkitems import ATOMICITY as BULK_ATOMICITY
 from django_ojs.lifecycle.bulkitems import Item as BulkItem

@@ -27,13 +27,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from django_ojs.drivers import get_driver
-from django_ojs.drivers.base import (
-    INTERVALS,
-    Partition,
-    Partitions,
-    next_start,
-    period_start,
-)
+from django_ojs.drivers.periods import INTERVALS, Partition, Partitions, next_start, period_start
 from django_ojs.exceptions import ValidationError
 from django_ojs.ids import uuid7_floor, uuid7_time
 from django_ojs.lifecycle.leadership import lead

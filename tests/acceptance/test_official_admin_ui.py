@@ -64,11 +64,8 @@ ROUTES = (
 #: 5xx, or a 5xx from one of these, fails the test. A listed endpoint that answers 2xx is
 #: reported at the end of the test (then remove it from this list).
 NOT_SERVED_YET: tuple[tuple[str, str, str], ...] = (
-    # -- In the OJS specs, not served by django-ojs yet (being built on other branches).
-    ("GET", r"/ojs/v1/admin/system/maintenance", "admin API §system maintenance: being built"),
-    # -- The UI's own extensions: paths no OJS spec defines (their pages show an error).
-    ("GET", r"/ojs/v1/webhooks/subscriptions", "webhook subscriptions: being built"),
-    ("GET", r"/ojs/v1/admin/tenants", "multi-tenancy listing: not built"),
+    # -- In the OJS specs, not served by django-ojs yet.
+    ("GET", r"/ojs/v1/admin/tenants", "multi-tenancy (ojs-multi-tenancy.md): not built"),
     ("GET", r"/ojs/v1/admin/pools", "worker pools (fair scheduling): not built"),
     ("GET", r"/ojs/v1/admin/scheduling/stats", "worker pools (fair scheduling): not built"),
     ("GET", r"/ojs/v1/admin/schemas", "job schemas/versioning: not built"),

@@ -19,7 +19,7 @@ from django.utils import timezone
 import django_ojs
 from django_ojs import lifecycle, reaper
 from django_ojs.drivers import get_driver
-from django_ojs.drivers.base import period_start
+from django_ojs.drivers.periods import period_start
 from django_ojs.ids import uuid7_at, uuid7_floor
 from django_ojs.lifecycle import partitions
 from django_ojs.models import Event, Job

@@ -142,17 +142,22 @@ def test_no_private_names_imported_from_another_module(path: Path):
     assert not bad, f"{module_name(path)} imports private names: {bad}"
 
 
-def test_models_import_nothing_from_the_layers_above():
+@pytest.mark.parametrize(
+    "path",
+    sorted((PACKAGE / "models").glob("*.py")),
+    ids=lambda p: module_name(p),
+)
+def test_models_import_nothing_from_the_layers_above(path: Path):
     bad = [
         str(imp)
-        for imp in imports(PACKAGE / "models.py")
+        for imp in imports(path)
         if any(
             within(imp.module, layer)
             or (imp.module == "django_ojs" and f"django_ojs.{imp.name}" == layer)
             for layer in ABOVE_MODELS
         )
     ]
-    assert not bad, f"django_ojs.models imports from above it: {bad}"
+    assert not bad, f"{module_name(path)} imports from above it: {bad}"
 
 
 #: Calls and names that run SQL written by hand.

@@ -25,14 +25,13 @@ from django_ojs.drivers.base import (
     EventMode,
     EventRow,
     Look,
-    Partition,
-    Partitions,
     Written,
     enqueue_event,
     job_rows,
     pushed_queues,
 )
 from django_ojs.drivers.orm import OrmDriver
+from django_ojs.drivers.periods import Partition, Partitions
 from django_ojs.drivers.postgresql.cursors import kept_cursor, pipelined, server_cursor
 from django_ojs.drivers.postgresql.listener import PostgreSQLListener
 from django_ojs.drivers.postgresql.shapes import (
