@@ -5,6 +5,8 @@ The first request with a key claims it (a committed row, unique per operation an
 runs, and stores its answer; a repeat with the same body gets that answer again, without
 running; a repeat with another body, or while the first is still running, is a conflict
 (409). Answers are kept ``OJS_BULK_IDEMPOTENCY_SECONDS`` (24 h), then pruned by the reaper.
+A claim left without an answer for :data:`ABANDONED_AFTER` (its process died) is taken over
+by the next request with the key.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from django_ojs.conf import settings
@@ -26,6 +29,10 @@ from django_ojs.validation import check_text, storable_text
 
 #: Longest key accepted (§10.2).
 MAX_KEY = 256
+#: A claim still without an answer after this long belongs to a request whose process
+#: died (a bulk request is at most ``OJS_BULK_MAX_ITEMS`` items: seconds, not minutes):
+#: the next request with the key takes it over instead of a 409 until the key expires.
+ABANDONED_AFTER = timedelta(minutes=10)
 
 
 def fingerprint(body: Any) -> str:
@@ -68,8 +75,12 @@ def idempotent(
         # A committed claim of its own: a concurrent request with the same key sees it
         # (PostgreSQL makes it wait on the unique index until this commits).
         with transaction.atomic(using=using):
-            # An expired key is a new request (§10.2), even before the reaper deletes it.
-            rows.filter(operation=operation, key=key, created_at__lt=expired_before).delete()
+            # An expired key is a new request (§10.2), even before the reaper deletes it;
+            # so is one whose first request was abandoned without an answer.
+            rows.filter(operation=operation, key=key).filter(
+                Q(created_at__lt=expired_before)
+                | Q(status__isnull=True, created_at__lt=now - ABANDONED_AFTER)
+            ).delete()
             claim = rows.create(operation=operation, key=key, fingerprint=digest, created_at=now)
     except IntegrityError:
         found = rows.filter(operation=operation, key=key).first()

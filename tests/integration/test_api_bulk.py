@@ -205,6 +205,26 @@ def test_idempotency__keys_are_scoped_per_operation(api):
     assert "Idempotent-Replayed" not in cancelled
 
 
+def test_idempotency__a_claim_its_process_left_unanswered_is_taken_over(api):
+    """A request whose process died between claiming its key and storing the answer must
+    not block the key with 409 until it expires: after ``ABANDONED_AFTER`` it runs."""
+    from django_ojs.lifecycle.idempotency import ABANDONED_AFTER
+
+    body = {"jobs": [job(0)], "idempotency_key": "orphan"}
+    claim = IdempotencyKey.objects.create(
+        operation="enqueue", key="orphan", fingerprint=fingerprint({"jobs": [job(0)]})
+    )
+    error = assert_ojs_error(api.post(B, body), 409)  # still in progress, as far as we know
+    assert error["details"]["reason"] == "in_progress"
+    IdempotencyKey.objects.filter(pk=claim.pk).update(
+        created_at=timezone.now() - ABANDONED_AFTER - timedelta(seconds=1)
+    )
+    response = api.post(B, body)
+    assert response.status_code == 201 and Job.objects.count() == 1
+    assert api.post(B, body).status_code == 201  # replayed from the new claim's answer
+    assert Job.objects.count() == 1
+
+
 def test_idempotency__a_failed_answer_is_stored_too(api):
     body = {"jobs": [{"type": ""}], "idempotency_key": "bad"}
     assert api.post(B, body).status_code == 422
