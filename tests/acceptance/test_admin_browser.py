@@ -4,15 +4,13 @@ Logs in, opens the dead letter, retries a job, cancels a job, quiets a worker, a
 each result in the page and in the database. With ``OJS_SCREENSHOTS_DIR`` set, it saves the
 screenshots used by ``docs/how-to/operate-from-the-admin.md``.
 
-Needs the Debian packages ``chromium`` and ``chromium-driver`` (``make browser-deps``).
-Without them the test fails when ``CI=true`` and is skipped otherwise.
+Needs Chromium (``tests/acceptance/chromium.py``, ``make browser-deps``): without it the
+test fails when ``CI=true`` and is skipped otherwise.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,61 +20,15 @@ from django.contrib.auth.models import User
 import django_ojs
 from django_ojs import lifecycle
 from django_ojs.models import Job, Worker
+from tests.acceptance import chromium
 from tests.factories import JobFactory, WorkerFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1440,900",
-    "--force-device-scale-factor=1",
-    "--hide-scrollbars",
-)
-
-
-def _binaries() -> tuple[str | None, str | None]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    return chromium, shutil.which("chromedriver")
-
 
 @pytest.fixture
 def browser() -> Iterator[object]:
-    chromium, driver_path = _binaries()
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        missing = "selenium is needed (it is in the 'test' dependency group)"
-    else:
-        missing = (
-            ""
-            if chromium and driver_path
-            else ("chromium and chromedriver are needed (make browser-deps installs them)")
-        )
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true: {missing}")
-        pytest.skip(missing)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    with tempfile.TemporaryDirectory(prefix="ojs-chromium-") as profile:
-        options.add_argument(f"--user-data-dir={profile}")
-        driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-        driver.implicitly_wait(20)  # generous: a loaded machine
-        try:
-            yield driver
-        finally:
-            driver.quit()
+    yield from chromium.driver()
 
 
 def replaced(page) -> bool:
@@ -275,9 +227,11 @@ def test_operator_console_in_a_browser(browser, live_server):
         django_ojs.job("order.ship", [1042], queue="orders"),
         name="order 1042",
     )
-    (charge,) = lifecycle.fetch(["orders"], worker_id="worker-web-1")
+    # worker-web-1 was quieted above: it gets no new jobs (graceful shutdown §5.1).
+    assert lifecycle.fetch(["orders"], worker_id="worker-web-1") == []
+    (charge,) = lifecycle.fetch(["orders"], worker_id="worker-web-2")
     lifecycle.fail(charge.pk, {"message": "card declined", "retryable": False},
-                   worker_id="worker-web-1")  # fmt: skip
+                   worker_id="worker-web-2")  # fmt: skip
     ui.open("/admin/ojs/workflow/")
     assert "order 1042" in ui.find("#result_list").text
     ui.open(f"/admin/ojs/workflow/{order.pk}/change/")

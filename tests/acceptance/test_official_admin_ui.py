@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -29,8 +28,7 @@ from django.contrib.auth.models import User
 import django_ojs
 from django_ojs import lifecycle
 from django_ojs.models import Queue
-from tests.acceptance import admin_ui_build
-from tests.acceptance.test_admin_browser import CHROMIUM_FLAGS, _binaries
+from tests.acceptance import admin_ui_build, chromium
 from tests.factories import JobFactory, WorkerFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -132,38 +130,11 @@ def built_ui() -> Path:
 
 @pytest.fixture
 def browser() -> Iterator[object]:
-    chromium, driver_path = _binaries()
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        missing = "selenium is needed (it is in the 'test' dependency group)"
-    else:
-        missing = (
-            ""
-            if chromium and driver_path
-            else "chromium and chromedriver are needed (make browser-deps installs them)"
-        )
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true: {missing}")
-        pytest.skip(missing)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    with tempfile.TemporaryDirectory(prefix="ojs-chromium-") as profile:
-        options.add_argument(f"--user-data-dir={profile}")
-        driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-        driver.implicitly_wait(30)  # generous: a loaded machine
+    for driver in chromium.driver(performance_log=True):
         driver.set_script_timeout(120)
         driver.execute_cdp_cmd("Network.enable", {})
         driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": FETCH_COUNTER})
-        try:
-            yield driver
-        finally:
-            driver.quit()
+        yield driver
 
 
 class Traffic:
