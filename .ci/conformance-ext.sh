@@ -97,43 +97,12 @@ export OJS_GRACE_PERIOD=0
 export OJS_LOG_LEVEL=WARNING
 export PYTHONUNBUFFERED=1
 
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-}
-trap cleanup EXIT
+# shellcheck source=.ci/stack.sh
+source .ci/stack.sh
 
 url="postgres://$PG_USER@$PG_HOST:$PG_PORT/$CONF_EXT_DB"
 echo "== OJS extension conformance: example project on PostgreSQL $PG_HOST:$PG_PORT (logs in $LOG_DIR)"
-"$PY" - "$PG_HOST" "$PG_PORT" "$PG_USER" "$CONF_EXT_DB" <<'EOF'
-import sys
-import psycopg
-from psycopg import sql
-host, port, user, name = sys.argv[1:]
-with psycopg.connect(host=host, port=int(port), user=user, dbname="postgres", autocommit=True) as c:
-    c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-    c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-EOF
-DATABASE_URL=$url "$PY" manage.py migrate --noinput --skip-checks -v0
-DATABASE_URL=$url "$PY" manage.py runserver "127.0.0.1:$CONF_EXT_PORT" --noreload \
-    >"$LOG_DIR/server.log" 2>&1 &
-pids+=($!)
-DATABASE_URL=$url "$PY" manage.py ojs_reaper >"$LOG_DIR/reaper.log" 2>&1 &
-pids+=($!)
-healthy=
-for _ in $(seq 1 100); do
-    if "$PY" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$CONF_EXT_PORT/ojs/v1/health', timeout=2)" 2>/dev/null; then
-        healthy=1
-        break
-    fi
-    sleep 0.2
-done
-if [ -z "$healthy" ]; then
-    echo "ERROR: the server on port $CONF_EXT_PORT did not become healthy:" >&2
-    tail -20 "$LOG_DIR/server.log" >&2
-    exit 1
-fi
+start_stack ext "$CONF_EXT_DB" "$CONF_EXT_PORT"
 
 skip_args=()
 for id in "${SKIPS[@]}"; do skip_args+=(--skip "$id"); done
