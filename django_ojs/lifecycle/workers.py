@@ -294,21 +294,24 @@ def release_unreceived(
     """
     using = db(using)
     now = now or timezone.now()
-    keep = set(_job_ids(list(held)))
+    unreceived = (
+        Job.objects.using(using)
+        .filter(state=JobState.ACTIVE, worker_id=worker_id, started_at__lt=as_of)
+        .exclude(id__in=_job_ids(list(held)))
+    )
+    # One read, outside any transaction, on nearly every beat: usually nothing is found.
+    if not unreceived.exists():
+        return []
     released: list[Job] = []
     with transaction.atomic(using=using):
         candidates = get_driver(using).lock_rows(
-            Job.objects.using(using)
-            .filter(state=JobState.ACTIVE, worker_id=worker_id, started_at__lt=as_of)
-            .order_by("id")
-            .only("id", "type", "queue", "state", "attempt", "meta", "worker_id",
-                  "started_at"),
+            unreceived.order_by("id").only(
+                "id", "type", "queue", "state", "attempt", "meta", "worker_id", "started_at"
+            ),
             limit=RELEASE_BATCH,
             skip_locked=True,
-        )  # fmt: skip
+        )
         for job in candidates:
-            if job.id in keep:
-                continue
             attempt = job.attempt
             try:
                 # As a rescue that requeues (same fields), and the claim's increment undone.
