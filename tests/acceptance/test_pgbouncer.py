@@ -186,11 +186,12 @@ class Setup:
         env.update({name: json.dumps(value) for name, value in {**FAST_TIMERS, **ojs}.items()})
         return env
 
-    def manage(self, code: str) -> None:
-        subprocess.run(
+    def manage(self, code: str, **ojs: Any) -> str:
+        return subprocess.run(
             [sys.executable, str(ROOT / "manage.py"), "shell", "-c", code],
-            cwd=ROOT, env=self.env(), check=True, timeout=300,
-        )  # fmt: skip
+            cwd=ROOT, env=self.env(**ojs), check=True, timeout=300, capture_output=True,
+            text=True,
+        ).stdout  # fmt: skip
 
     def query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         with self.server.connect(self.dbname) as conn:
@@ -327,6 +328,15 @@ def test_drain_and_pickup_behind_pgbouncer(setup, tmp_path):
 
     # Pickup: the workers are woken by NOTIFY on their direct LISTEN connections.
     p50, worst = pickup_p50(setup, tmp_path / "pickup.txt")
+
+    # django_ojs.wait() through the pooler, listening on the direct alias.
+    waited = setup.manage(
+        "import django_ojs\n"
+        f"job = django_ojs.enqueue('chaos.mark', [{str(tmp_path / 'waited.txt')!r}])\n"
+        "print(django_ojs.wait(job.id, timeout=60).state)\n",
+        OJS_LISTEN_DATABASE="direct",
+    )
+    assert waited.strip().splitlines()[-1] == "completed"
     print(
         f"\nPgBouncer (transaction mode), {WORKERS} workers: {JOBS} jobs drained in "
         f"{seconds:.1f}s ({JOBS / seconds:.0f} jobs/s; {pushed - began:.1f}s to push); "
