@@ -32,7 +32,7 @@ CONF_EXT_PORT ?= 18775
 PEERBENCH ?= ../shared/peerbench
 PEERS ?= ojs pgqueuer
 ROUNDS ?= 8
-.PHONY: help demo dist docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-django6 conformance conformance-ext browser-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
+.PHONY: help demo dist docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-pgbouncer test-django6 conformance conformance-ext browser-deps pgbouncer-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -86,10 +86,22 @@ browser-deps: ## Install chromium + chromedriver for the admin browser test when
 	fi; \
 	echo "WARNING: chromium/chromedriver are missing: the admin browser test will be skipped (CI=true makes this an error)." >&2
 
+pgbouncer-deps: ## Install PgBouncer for the pooler test when missing (apt-get; root or sudo)
+	@if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; else SUDO=none; fi; \
+	if [ "$$SUDO" != none ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "== Installing pgbouncer (apt-get) for the PgBouncer test"; \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer && exit 0; \
+	fi; \
+	if [ "$$CI" = "true" ]; then \
+		echo "ERROR: pgbouncer is missing and could not be installed; CI=true needs the PgBouncer test." >&2; exit 1; \
+	fi; \
+	echo "WARNING: pgbouncer is missing: the PgBouncer test will be skipped (CI=true makes this an error)." >&2
+
 test-sqlite: $(VENV)/.installed browser-deps ## Run the whole suite on SQLite
 	DATABASE_URL=$(SQLITE_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
-test-postgres: $(VENV)/.installed browser-deps ## Run the whole suite on PostgreSQL (fails when CI=true and it is unreachable)
+test-postgres: $(VENV)/.installed browser-deps pgbouncer-deps ## Run the whole suite on PostgreSQL (fails when CI=true and it is unreachable)
 	@if $(PY) -c "import psycopg; psycopg.connect(host='$(PG_HOST)', port=$(PG_PORT), user='$(PG_USER)', dbname='postgres', connect_timeout=5).close()" 2>/dev/null; then \
 		echo "== PostgreSQL suite ($(PG_HOST):$(PG_PORT))"; \
 		DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS); \
@@ -121,6 +133,9 @@ test-under-load: $(VENV)/.installed browser-deps ## Whole suite 3x on SQLite, th
 
 test-pg-restart: $(VENV)/.installed ## Workers across real PostgreSQL restarts, on a private cluster it starts (by hand; needs initdb/pg_ctl)
 	OJS_TEST_PG_RESTART=1 DATABASE_URL=$(PG_URL) $(PY) -m pytest -m pg_restart tests/acceptance/test_postgresql_restart.py $(PYTEST_ARGS)
+
+test-pgbouncer: $(VENV)/.installed pgbouncer-deps ## 3 workers behind a private PgBouncer in transaction mode: 5,000 jobs, then a pooler restart mid-drain (PostgreSQL; part of test-postgres)
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -s -m pgbouncer tests/acceptance/test_pgbouncer.py $(PYTEST_ARGS)
 
 test-django6: ## Run the suite on Django 6.x (needs Python 3.12+; skipped with a notice when none is installed, an error when CI=true)
 	@if [ -z "$(PYTHON_DJ6)" ]; then \
@@ -155,7 +170,7 @@ conformance-ext: $(VENV)/.installed ## OJS extension suites (pinned in tests/con
 		echo "WARNING: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable: the extension conformance suites were NOT run (CI=true makes this an error)." >&2; \
 	fi
 
-test: lint check-migrations docs browser-deps ## Everything CI runs: lint, migrations check, then SQLite, PostgreSQL, Django 6.x, OJS conformance (core and extensions) and the wheel's smoke test side by side
+test: lint check-migrations docs browser-deps pgbouncer-deps ## Everything CI runs: lint, migrations check, then SQLite, PostgreSQL, Django 6.x, OJS conformance (core and extensions) and the wheel's smoke test side by side
 	@# The four suites use separate databases (and ports), so they run at the same time
 	@# (TEST_JOBS of them; TEST_JOBS=1 runs them one after the other). Each suite's output
 	@# is printed in one piece when it ends; the first failure fails the target.

@@ -49,12 +49,21 @@ def check_database(
                 id="ojs.E001",
             )
         ]
+    listen = settings.LISTEN_DATABASE
+    if listen is not None and listen not in django_settings.DATABASES:
+        out.append(
+            Error(
+                f"OJS_LISTEN_DATABASE names {listen!r}, which is not in DATABASES.", id="ojs.E013"
+            )
+        )
     try:
         driver = get_driver(alias)
     except UnsupportedDatabase as exc:
         out.append(Error(str(exc), id="ojs.E002"))
     else:
-        out.extend(driver.check_configuration())  # ojs.W001 (SQLite's transaction mode)
+        if not out:
+            # ojs.W001 (SQLite's transaction mode), ojs.W005 (LISTEN through a pooler)
+            out.extend(driver.check_configuration())
     if not getattr(django_settings, "USE_TZ", True):
         out.append(
             Error(

@@ -175,6 +175,14 @@ class Settings:
         return str(self._get("OJS_DATABASE", DEFAULT_DATABASE))
 
     @property
+    def LISTEN_DATABASE(self) -> str | None:
+        """Database alias the ``LISTEN`` connections use (``OJS_LISTEN_DATABASE``): one
+        straight to PostgreSQL when ``OJS_DATABASE`` goes through a transaction pooler.
+        None: the job database's own alias."""
+        value = self._get("OJS_LISTEN_DATABASE", None)
+        return None if value is None else str(value)
+
+    @property
     def VISIBILITY_TIMEOUT(self) -> float:
         """Seconds a fetched job stays reserved without a heartbeat."""
         return float(self._get("OJS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT))

@@ -218,3 +218,19 @@ def chaos_record(ctx: JobContext, duration_ms: int = 0) -> dict[str, int]:
     if ctx.cancelled.wait(duration_ms / 1000):
         raise JobCancelled(ctx.cancel_reason or "cancelled")
     return {"pid": os.getpid()}
+
+
+@django_ojs.handler("chaos.mark")
+def chaos_mark(ctx: JobContext, path: str) -> None:
+    """Append this start (job id, attempt, process id) to the file ``path``.
+
+    Outside the database, so a start is recorded whatever happens to the connections (the
+    PgBouncer test restarts the pooler under it). One short ``O_APPEND`` write per start:
+    lines from several processes never interleave.
+    """
+    line = f"{ctx.job_id} {ctx.attempt} {os.getpid()}\n".encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)

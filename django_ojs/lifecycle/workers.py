@@ -6,6 +6,7 @@ operator's directive. The only writer of ``Worker`` rows and of job heartbeat fi
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -21,9 +22,9 @@ from django.utils import timezone
 from django_ojs.actors import Actor
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
-from django_ojs.exceptions import ValidationError, WorkerNotFound
+from django_ojs.exceptions import InvalidTransition, ValidationError, WorkerNotFound
 from django_ojs.lifecycle import audit, events
-from django_ojs.lifecycle.store import db
+from django_ojs.lifecycle.store import RELEASE, cas, db
 from django_ojs.models import Job, Worker
 from django_ojs.policy import configured, effective, ms_delta
 from django_ojs.states import JobState
@@ -36,6 +37,8 @@ from django_ojs.validation import (
     validate_worker_id,
     validate_worker_state,
 )
+
+logger = logging.getLogger("django_ojs.worker")
 
 DIRECTIVES = ("", "quiet", "terminate")
 
@@ -145,6 +148,7 @@ def beat(
     queues: Sequence[str] | None = None,
     concurrency: int | None = None,
     labels: Sequence[str] | None = None,
+    as_of: datetime | None = None,
     using: str | None = None,
 ) -> Heartbeat:
     """Record a worker's heartbeat and extend the reservations of the jobs it holds.
@@ -152,6 +156,15 @@ def beat(
     A job is extended only if it is still ``active`` and reserved by this worker (or
     by nobody, for clients that fetch without a worker id). Reported jobs that were
     cancelled come back in ``cancelled_jobs``. A worker never seen before is created.
+
+    ``as_of``: the worker vouches that ``active_job_ids`` holds every job it received
+    from the fetches it started before this time (on the clock its fetches stamp
+    ``started_at`` with). A job active and reserved by this worker, claimed before
+    ``as_of`` and not in the list, was claimed by a fetch whose reply never reached the
+    worker (a pooler restart, a cut connection): it goes back to ``available`` at once,
+    its attempt not spent (:func:`release_unreceived`), instead of waiting out its
+    reservation and counting as an attempt that ran. Without ``as_of`` (HTTP workers:
+    the protocol has no such field) nothing is released.
     """
     using = db(using)
     worker_id = validate_worker_id(worker_id, required=True)
@@ -179,6 +192,8 @@ def beat(
     ):
         if value is not None:
             info[name] = value
+    if as_of is not None:
+        release_unreceived(worker_id, ids, as_of, using=using, now=now)
     if not ids:
         # Nothing to extend: the worker's row alone, in two statements of their own (a
         # transaction, a savepoint and a locking read around them were four more).
@@ -257,6 +272,82 @@ def _extend(
         now,
     )
     return extended, cancelled
+
+
+def release_unreceived(
+    worker_id: str,
+    held: Sequence[Any],
+    as_of: datetime,
+    *,
+    using: str | None = None,
+    now: datetime | None = None,
+) -> list[Job]:
+    """Give back the jobs claimed for ``worker_id`` before ``as_of`` that it does not hold.
+
+    Each such job (``active``, reserved by ``worker_id``, ``started_at`` before
+    ``as_of``, its id not in ``held``) never reached the worker: it becomes
+    ``available`` again, its ``attempt`` back to what it was before the claim, with no
+    error recorded and a ``job.released`` event (``reason: "claim_not_received"``;
+    ``attempt`` is the attempt number the lost claim had given it).
+    Compare-and-set on state and attempt, as every transition: a job settled meanwhile
+    is left alone. Returns the jobs released.
+    """
+    using = db(using)
+    now = now or timezone.now()
+    unreceived = (
+        Job.objects.using(using)
+        .filter(state=JobState.ACTIVE, worker_id=worker_id, started_at__lt=as_of)
+        .exclude(id__in=_job_ids(list(held)))
+    )
+    # One read, outside any transaction, on nearly every beat: usually nothing is found.
+    if not unreceived.exists():
+        return []
+    released: list[Job] = []
+    with transaction.atomic(using=using):
+        candidates = get_driver(using).lock_rows(
+            unreceived.order_by("id").only(
+                "id", "type", "queue", "state", "attempt", "meta", "worker_id", "started_at"
+            ),
+            limit=RELEASE_BATCH,
+            skip_locked=True,
+        )
+        for job in candidates:
+            attempt = job.attempt
+            try:
+                # As a rescue that requeues (same fields), and the claim's increment undone.
+                cas(
+                    job, "rescue", using, state=JobState.AVAILABLE, attempt=max(attempt - 1, 0),
+                    enqueued_at=now, next_attempt_at=None, **RELEASE,
+                )  # fmt: skip
+            except InvalidTransition:
+                continue
+            released.append(job)
+        if released:
+            events.emit_many(
+                [
+                    (
+                        "job.released",
+                        job,
+                        {"worker_id": worker_id, "attempt": job.attempt + 1,
+                         "reason": "claim_not_received"},
+                    )
+                    for job in released
+                ],
+                using,
+                now,
+            )  # fmt: skip
+            get_driver(using).after_push({j.queue for j in released}, {j.queue for j in released})
+    if released:
+        logger.warning(
+            "worker %s did not receive %d claimed job(s) (a lost fetch reply): released",
+            worker_id,
+            len(released),
+        )
+    return released
+
+
+#: At most this many unreceived jobs are released per heartbeat (the next beat takes more).
+RELEASE_BATCH = 1000
 
 
 def _record_beat(worker_id: str, info: dict[str, Any], using: str) -> str:

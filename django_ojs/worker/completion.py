@@ -53,6 +53,8 @@ class Completer:
         self.completed = 0
         self.failed = 0
         self.ignored = 0
+        #: Outcomes given up unwritten (left to the reaper).
+        self.unwritten = 0
         self.outage = resilience.Outage("outcome writer", logger, using=using)
 
     def start(self) -> None:
@@ -108,7 +110,7 @@ class Completer:
         refused = self._record(fails, self._fail, failed, stopping)
         # A failure whose report is refused is recorded with error_not_storable; if even that
         # is refused, the job is left to the reaper (its reservation lapses).
-        self._record(
+        refused = self._record(
             [
                 (job_id, attempt, failure.error_not_storable(reason), requeue)
                 for (job_id, attempt, _, requeue), reason in refused
@@ -117,6 +119,7 @@ class Completer:
             failed,
             stopping,
         )
+        self.unwritten += len(refused)
         self.completed += len(acked)
         self.failed += len(failed)
         self.ignored += len(batch) - len(acked) - len(failed)
@@ -164,6 +167,7 @@ class Completer:
             done.extend(self._call(write, items, stopping))
             return []
         except resilience.CONNECTION_ERRORS:
+            self.unwritten += len(items)
             return []  # given up while stopping: the reaper recovers these jobs
         except Exception as exc:
             if len(items) > 1:

@@ -13,9 +13,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Protocol
 
 from django.db import connections
+from django.utils import timezone
 
 from django_ojs import lifecycle, resilience
 from django_ojs.policy import Durations, effective
@@ -95,6 +97,17 @@ class Fetcher:
             using=using,
         )
         self.outage = resilience.Outage("fetcher", logger, using=using)
+        #: When the fetch in progress started (None between fetches): its claims are
+        #: stamped with a later time, and are in ``inflight`` only once it is cleared.
+        self.fetching_since: datetime | None = None
+
+    def received_before(self) -> datetime:
+        """A time before which every job this worker's fetches claimed is in ``inflight``
+        (or was settled), unless its fetch's reply never arrived: now, or the start of
+        the fetch in progress. Read it before listing the held jobs for a heartbeat."""
+        now = timezone.now()
+        since = self.fetching_since
+        return since if since is not None and since < now else now
 
     def run(self, listener: Listener) -> None:
         """Fetch and submit until the worker terminates."""
@@ -110,9 +123,12 @@ class Fetcher:
             if free < self.min_batch and len(self.inflight):
                 free = self.gather_slots(free)
             count = min(free, MAX_FETCH_COUNT)  # one fetch claims at most this many
+            self.fetching_since = timezone.now()
             try:
                 jobs = self.fetch(count)
             except Exception as exc:
+                # Its claims, if any committed, never reached us: heartbeats release them.
+                self.fetching_since = None
                 if resilience.is_connection_error(exc):
                     # Logged once per outage; back off (the listener may be gone too).
                     self.pause(self.outage.failed(exc))
@@ -122,9 +138,12 @@ class Fetcher:
                     self.wakeup.wait(self.poll_interval)
                 continue
             self.outage.succeeded()
-            if jobs:
-                # The defaults the claim stored the jobs' deadlines from.
-                self.submit(jobs, self.fetch.defaults)
+            try:
+                if jobs:
+                    # The defaults the claim stored the jobs' deadlines from.
+                    self.submit(jobs, self.fetch.defaults)
+            finally:
+                self.fetching_since = None
             if len(jobs) < count:
                 # The queues are empty for now: sleep until a push is notified
                 # (PostgreSQL LISTEN) or the poll interval passes.

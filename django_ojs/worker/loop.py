@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connections
@@ -131,6 +132,7 @@ class Worker:
             state=lambda: self.state,
             obey=self.obey,
             using=self.using,
+            as_of=self._as_of,
         )
         self.fetcher = Fetcher(
             self.worker_id,
@@ -230,6 +232,15 @@ class Worker:
         self, attempt: Attempt, value: float, message: str | None, data: Any
     ) -> None:
         self.supervisor.progress(attempt.job_id, value, message, data)
+
+    def _as_of(self) -> datetime | None:
+        """What a heartbeat vouches for (``lifecycle.beat``'s ``as_of``): every job its
+        fetches received before this time is in its list. Not once terminating, nor after
+        an outcome was given up unwritten: those jobs ran and are no longer listed, so
+        their reservations must lapse instead."""
+        if self.state == TERMINATE or self.completer.unwritten:
+            return None
+        return self.fetcher.received_before()
 
     def _written(self, job_ids: list[Any]) -> None:
         self.inflight.written(job_ids)

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.db import connections
@@ -37,7 +38,8 @@ class Supervisor:
     """Watches the running attempts' deadlines and keeps the worker's heartbeat.
 
     ``state`` reads the worker's run state (reported in each BEAT); ``obey`` applies the
-    state the server replies with (a directive).
+    state the server replies with (a directive); ``as_of`` says up to when the held jobs
+    are complete (``lifecycle.beat``'s ``as_of``; None: do not vouch for the list).
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class Supervisor:
         state: Callable[[], str],
         obey: Callable[[str], None],
         using: str,
+        as_of: Callable[[], datetime | None] = lambda: None,
     ):
         self.worker_id = worker_id
         self.inflight = inflight
@@ -58,6 +61,7 @@ class Supervisor:
         self.state = state
         self.obey = obey
         self.using = using
+        self.as_of = as_of
         self.last_beat = time.monotonic()
         self._beat_lock = threading.Lock()
         self.outage = resilience.Outage("heartbeat", logger, using=using)
@@ -118,12 +122,16 @@ class Supervisor:
     def heartbeat(self) -> None:
         """BEAT with every job this worker holds; apply the reply (worker protocol §4)."""
         with self._beat_lock:
+            # Read before the list: the jobs claimed before it are all in the list (or
+            # never arrived, and the server gives them back).
+            as_of = self.as_of()
             running, held = self.inflight.held()
             self.last_beat = time.monotonic()
             try:
                 reply = lifecycle.beat(
-                    self.worker_id, active_job_ids=held, state=self.state(), using=self.using
-                )
+                    self.worker_id, active_job_ids=held, state=self.state(), as_of=as_of,
+                    using=self.using,
+                )  # fmt: skip
             except Exception as exc:
                 # Worker protocol §4.6: keep going in the current state, retry next time.
                 if resilience.is_connection_error(exc):

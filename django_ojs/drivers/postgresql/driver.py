@@ -16,6 +16,7 @@ from operator import is_not
 from typing import Any
 
 import psycopg
+from django.core.checks import CheckMessage, Warning
 from django.db import OperationalError, connections, transaction
 from django.db.models import QuerySet
 
@@ -33,7 +34,12 @@ from django_ojs.drivers.base import (
 from django_ojs.drivers.orm import OrmDriver
 from django_ojs.drivers.periods import Partition, Partitions
 from django_ojs.drivers.postgresql.cursors import kept_cursor, pipelined, server_cursor
-from django_ojs.drivers.postgresql.listener import PostgreSQLListener
+from django_ojs.drivers.postgresql.listener import (
+    PostgreSQLListener,
+    connection_params,
+    listen_alias,
+    pooled_signs,
+)
 from django_ojs.drivers.postgresql.shapes import (
     JOB_COLUMN_INDEXES,
     Shape,
@@ -498,6 +504,22 @@ class PostgreSQLDriver(OrmDriver):
             cursor.execute(TRY_LOCK_SQL, [name])
             return bool(cursor.fetchone()[0])
 
+    def check_configuration(self) -> list[CheckMessage]:
+        alias = listen_alias(self.using)
+        signs = pooled_signs(connections[alias].settings_dict)
+        if not signs:
+            return []
+        return [
+            Warning(
+                f"LISTEN uses database alias {alias!r}, which looks pooled "
+                f"({', '.join(signs)}): workers and django_ojs.wait() will poll instead of "
+                "being notified.",
+                hint="A pooler in transaction mode cannot pass LISTEN. Add an alias that "
+                "connects straight to PostgreSQL and name it in OJS_LISTEN_DATABASE.",
+                id="ojs.W005",
+            )
+        ]
+
     def listener(self, queues: list[str]) -> PostgreSQLListener:
         return PostgreSQLListener(self.using, queues)
 
@@ -506,9 +528,11 @@ class PostgreSQLDriver(OrmDriver):
         # of migration 0002_postgresql NOTIFYs a terminal transition of an awaited job), then read
         # its state. A transition committed before the mark is seen by the read; one
         # after it is notified: none is missed. Notifications of other jobs are skipped.
-        params = connections[self.using].get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
+        # Through OJS_LISTEN_DATABASE when set. Through a pooler (no notifications come)
+        # the state is read again every half second instead of every five.
+        alias = listen_alias(self.using)
+        params = connection_params(alias)
+        every = 0.5 if pooled_signs(connections[alias].settings_dict) else 5.0
         deadline = time.monotonic() + timeout
         with psycopg.connect(**params, autocommit=True) as conn:
             conn.execute("LISTEN ojs_finished")
@@ -523,7 +547,7 @@ class PostgreSQLDriver(OrmDriver):
                 left = deadline - time.monotonic()
                 if state is None or state in TERMINAL_STATES or left <= 0:
                     return state
-                for _ in conn.notifies(timeout=min(left, 5.0), stop_after=1):
+                for _ in conn.notifies(timeout=min(left, every), stop_after=1):
                     break  # any notification: read the state again (cheap, one row)
 
 
