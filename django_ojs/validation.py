@@ -560,6 +560,45 @@ def duration_ms(value: Any, field: str, *, unit: str = "s", allow_zero: bool = F
     return round(ms)
 
 
+#: The kinds of finished jobs a queue may keep for its own time (queue config §6.3).
+RETENTION_KINDS = ("completed", "discarded", "cancelled")
+
+
+def validate_retention(value: Any, *, field: str = "retention") -> dict[str, float] | None:
+    """A queue's retention override (queue config §6.3): seconds per kind, or ``None``.
+
+    ``value`` is ``None`` (no override) or an object of ``completed``, ``discarded`` and
+    ``cancelled``, each an ISO 8601 duration (``"P14D"``), a number of seconds (what the
+    admin API used, kept for compatibility), a ``timedelta``, or ``None`` (that kind
+    follows ``OJS_RETENTION``). Zero is allowed (pruned at the next pass). An empty
+    object, or one of ``None`` only, is no override.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValidationError(
+            f"{field} must be an object of ISO 8601 durations (e.g. "
+            '{"completed": "P14D"}) or null',
+            field=field,
+        )
+    unknown = sorted(str(k) for k in value if k not in RETENTION_KINDS)
+    if unknown:
+        raise ValidationError(
+            f"{field} has no kind {unknown[0]!r}: a queue sets "
+            f"{', '.join(RETENTION_KINDS)} (OJS_RETENTION holds the others)",
+            field=f"{field}.{unknown[0]}",
+        )
+    out: dict[str, float] = {}
+    for kind in RETENTION_KINDS:
+        raw = value.get(kind)
+        if raw is None:
+            continue
+        ms = duration_ms(raw, f"{field}.{kind}", allow_zero=True)
+        assert ms is not None
+        out[kind] = ms // 1000 if ms % 1000 == 0 else ms / 1000
+    return out or None
+
+
 def first_duration_ms(
     source: Sequence[dict[str, Any]], name: str, *, allow_zero: bool = False
 ) -> int | None:
