@@ -2,7 +2,8 @@
 
 Set through ``lifecycle`` (validated, audited, one event), read by the reaper: a queue
 with a shorter retention loses its finished jobs sooner, one with a longer keeps them
-longer, the other queues follow ``OJS_RETENTION``. On both databases.
+longer, the other queues follow ``OJS_RETENTION``. Over HTTP in ISO 8601 durations, with
+GET → PUT → GET the identity (what the official admin UI does). On both databases.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+import django_ojs
 from django_ojs import lifecycle, reaper
 from django_ojs.actors import Actor
 from django_ojs.exceptions import ValidationError
 from django_ojs.models import AuditEntry, Event, Job, Queue
 from tests.factories import JobFactory
+from tests.integration.api_support import assert_ojs_error, client
 
 pytestmark = pytest.mark.django_db
 
@@ -168,3 +171,127 @@ def test_the_result_ttl_still_keeps_a_job_of_a_queue_with_a_shorter_retention():
     gone = JobFactory(queue="short", completed=True, completed_at=ago(1))
     reaper.prune_expired()
     assert Job.objects.filter(pk=kept.pk).exists() and not Job.objects.filter(pk=gone.pk).exists()
+
+
+# ---------------------------------------------------------------------- over HTTP
+
+CONFIG = "/queues/reports/config"
+ADMIN = "/admin/queues/reports"
+DEFAULTS = {"completed": "P7D", "discarded": "P30D", "cancelled": "P7D"}
+ALL_DEFAULT = {"completed": "default", "discarded": "default", "cancelled": "default"}
+
+
+def put(api, path: str, body) -> dict:
+    response = api.request("PUT", path, body)
+    assert response.status_code == 200, response.body
+    return response.body
+
+
+def test_get_shows_the_global_retention_as_iso_durations_saying_so():
+    django_ojs.enqueue("x", [], queue="reports")
+    api = client("admin")
+    config = api.get(CONFIG).body["config"]
+    assert config == {"limits": None, "retention": DEFAULTS, "retention_source": ALL_DEFAULT}
+    detail = api.get(ADMIN).body["configuration"]
+    assert detail == {"retention": DEFAULTS, "retention_source": ALL_DEFAULT}
+
+
+def test_put_sets_the_retention_and_get_shows_it():
+    api = client("admin")
+    body = {"retention": {"completed": "P14D", "discarded": "P90D", "cancelled": "PT36H"}}
+    answer = put(api, f"{ADMIN}/config", body)
+    expected = {"completed": "P14D", "discarded": "P90D", "cancelled": "P1DT12H"}
+    assert answer["config"]["retention"] == expected
+    assert api.get(ADMIN).body["configuration"]["retention"] == expected
+    assert api.get(ADMIN).body["configuration"]["retention_source"] == {
+        "completed": "queue", "discarded": "queue", "cancelled": "queue",
+    }  # fmt: skip
+    assert lifecycle.queue_retention()["reports"] == {
+        "completed": 14 * DAY, "discarded": 90 * DAY, "cancelled": 36 * 3600,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("path", [CONFIG, f"{ADMIN}/config"])
+def test_get_put_get_is_the_identity(path):
+    api = client("admin")
+    django_ojs.enqueue("x", [], queue="reports")
+    read = (lambda: api.get(CONFIG).body) if path == CONFIG else (lambda: api.get(ADMIN).body)
+    part = "config" if path == CONFIG else "configuration"
+    for setup in (
+        {},  # every default
+        {"concurrency": 3, "retention": {"completed": "P1D"}},
+        {"retention": {"completed": "P7D", "discarded": "P1D"}},  # P7D: the default, kept so
+    ):
+        put(api, path, setup)
+        before = read()
+        put(api, path, before[part])  # the configuration alone
+        assert read()[part] == before[part]
+        put(api, path, before)  # and the whole answer it came in
+        assert read()[part] == before[part]
+    stored = Queue.objects.get(name="reports").retention
+    # The defaults GET filled in (cancelled) were not stored.
+    assert stored == {"completed": 7 * DAY, "discarded": DAY}
+
+
+def test_the_official_admin_ui_saves_what_it_read():
+    """QueueConfigModal sends concurrency and the completed/discarded retention back."""
+    api = client("admin")
+    django_ojs.enqueue("x", [], queue="reports")
+    read = api.get(ADMIN).body["configuration"]
+    body = {
+        "concurrency": 4,
+        "retention": {k: read["retention"][k] for k in ("completed", "discarded")},
+    }
+    put(api, f"{ADMIN}/config", body)
+    after = api.get(ADMIN).body["configuration"]
+    assert after == {**read, "concurrency": 4}
+    body["retention"]["completed"] = "P2D"
+    put(api, f"{ADMIN}/config", body)
+    assert api.get(ADMIN).body["configuration"]["retention"]["completed"] == "P2D"
+    assert lifecycle.queue_retention() == {"reports": {"completed": 2 * DAY}}
+
+
+def test_seconds_are_accepted_and_null_removes_the_override():
+    api = client("admin")
+    put(api, CONFIG, {"retention": {"completed": 3600, "discarded": 0}})
+    config = api.get(CONFIG).body["config"]
+    assert config["retention"] == {"completed": "PT1H", "discarded": "PT0S", "cancelled": "P7D"}
+    put(api, CONFIG, {"retention": None})
+    assert api.get(CONFIG).body["config"]["retention_source"] == ALL_DEFAULT
+    assert lifecycle.queue_retention() == {}
+
+
+def test_a_global_retention_of_none_reads_null_and_round_trips(settings):
+    settings.OJS_RETENTION = {"completed": None}
+    api = client("admin")
+    put(api, CONFIG, {})
+    config = api.get(CONFIG).body["config"]
+    assert config["retention"]["completed"] is None
+    put(api, CONFIG, config)
+    assert api.get(CONFIG).body["config"] == config and lifecycle.queue_retention() == {}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"retention": {"completed": "seven days"}}, "retention.completed"),
+        ({"retention": {"discarded": -5}}, "retention.discarded"),
+        ({"retention": {"events": "P1D"}}, "retention.events"),
+        ({"retention": "P7D"}, "retention"),
+        ({"max_size": 10}, "max_size"),
+        ({"rate_limit": {"limit": 10, "period": "1m"}}, "rate_limit"),
+        ({"concurrency": 2, "limits": {"concurrency": 3}}, "concurrency"),
+    ],
+)
+def test_bad_config_is_400_naming_the_field_and_changes_nothing(body, field):
+    api = client("admin")
+    put(api, CONFIG, {"concurrency": 1, "retention": {"completed": "P1D"}})
+    error = assert_ojs_error(api.request("PUT", CONFIG, body), 400, "invalid_payload")
+    assert error["details"]["field"] == field
+    queue = Queue.objects.get(name="reports")
+    assert (queue.limits, queue.retention) == ({"concurrency": 1}, {"completed": DAY})
+
+
+def test_changing_the_config_needs_the_admin_scope():
+    assert_ojs_error(client("operator").request("PUT", CONFIG, {"retention": None}), 403)
+    assert client("operator").get(CONFIG).status_code in (200, 403, 404)
