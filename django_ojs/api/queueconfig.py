@@ -92,6 +92,9 @@ def _limits(body: dict[str, Any]) -> Any:
     if not isinstance(limits, dict | None):
         return limits  # the lifecycle refuses it, naming the field
     if body.get("concurrency") is not None:
+        value = body["concurrency"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValidationError("concurrency must be an integer >= 0", field="concurrency")
         if isinstance(limits, dict) and limits.get("concurrency") not in (
             None,
             body["concurrency"],

@@ -281,6 +281,8 @@ def test_a_global_retention_of_none_reads_null_and_round_trips(settings):
         ({"max_size": 10}, "max_size"),
         ({"rate_limit": {"limit": 10, "period": "1m"}}, "rate_limit"),
         ({"concurrency": 2, "limits": {"concurrency": 3}}, "concurrency"),
+        ({"concurrency": "x"}, "concurrency"),
+        ({"limits": {"concurrency": -1}}, "limits.concurrency"),
     ],
 )
 def test_bad_config_is_400_naming_the_field_and_changes_nothing(body, field):
