@@ -565,36 +565,19 @@ RETENTION_KINDS = ("completed", "discarded", "cancelled")
 
 
 def validate_retention(value: Any, *, field: str = "retention") -> dict[str, float] | None:
-    """A queue's retention override (queue config §6.3): seconds per kind, or ``None``.
-
-    ``value`` is ``None`` (no override) or an object of ``completed``, ``discarded`` and
-    ``cancelled``, each an ISO 8601 duration (``"P14D"``), a number of seconds (what the
-    admin API used, kept for compatibility), a ``timedelta``, or ``None`` (that kind
-    follows ``OJS_RETENTION``). Zero is allowed (pruned at the next pass). An empty
-    object, or one of ``None`` only, is no override.
-    """
+    """A queue's own retention (queue config §6.3), seconds per kind (None: none). Each kind:
+    ISO 8601 (``"P14D"``), seconds or a timedelta, zero allowed; None follows the setting."""
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise ValidationError(
-            f"{field} must be an object of ISO 8601 durations (e.g. "
-            '{"completed": "P14D"}) or null',
-            field=field,
-        )
-    unknown = sorted(str(k) for k in value if k not in RETENTION_KINDS)
-    if unknown:
-        raise ValidationError(
-            f"{field} has no kind {unknown[0]!r}: a queue sets "
-            f"{', '.join(RETENTION_KINDS)} (OJS_RETENTION holds the others)",
-            field=f"{field}.{unknown[0]}",
-        )
+        message = f'{field} must be an object of ISO 8601 durations ({{"completed": "P14D"}})'
+        raise ValidationError(f"{message} or null", field=field)
+    for kind in sorted(str(k) for k in value if k not in RETENTION_KINDS)[:1]:
+        kinds = f"a queue sets {', '.join(RETENTION_KINDS)} (OJS_RETENTION the others)"
+        raise ValidationError(f"{field} has no kind {kind!r}: {kinds}", field=f"{field}.{kind}")
     out: dict[str, float] = {}
-    for kind in RETENTION_KINDS:
-        raw = value.get(kind)
-        if raw is None:
-            continue
-        ms = duration_ms(raw, f"{field}.{kind}", allow_zero=True)
-        assert ms is not None
+    for kind in (k for k in RETENTION_KINDS if value.get(k) is not None):
+        ms = duration_ms(value[kind], f"{field}.{kind}", allow_zero=True) or 0
         out[kind] = ms // 1000 if ms % 1000 == 0 else ms / 1000
     return out or None
 
