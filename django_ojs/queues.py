@@ -42,13 +42,17 @@ class QueueInfo:
     counts: dict[str, int] = field(default_factory=dict)
     #: Queue-level limits (``{"concurrency": N}``), ``None`` when there are none.
     limits: dict[str, Any] | None = None
+    #: The queue's own retention in seconds per kind (queue config §6.3), ``None`` if none.
+    retention: dict[str, Any] | None = None
 
 
 def list_queues(*, with_counts: bool = False, using: str | None = None) -> list[QueueInfo]:
     """Every known queue (the ``default`` queue always exists), by name."""
     using = lifecycle.database(using)
     infos = {
-        q.name: QueueInfo(q.name, q.paused, q.paused_at, q.created_at, limits=q.limits)
+        q.name: QueueInfo(
+            q.name, q.paused, q.paused_at, q.created_at, limits=q.limits, retention=q.retention
+        )
         for q in Queue.objects.using(using).all()
     }
     infos.setdefault(DEFAULT_QUEUE, QueueInfo(DEFAULT_QUEUE))

@@ -124,26 +124,41 @@ def retention_cutoffs(now: datetime) -> dict[str, datetime | None]:
     }
 
 
+def queue_cutoffs(now: datetime, *, using: str | None = None) -> dict[str, dict[str, datetime]]:
+    """The queues' own retention (queue config §6.3) as their cut-offs, by queue."""
+    return {
+        queue: {f"{kind}_before": now - timedelta(seconds=seconds) for kind, seconds in own.items()}
+        for queue, own in lifecycle.queue_retention(using=using).items()
+    }
+
+
 def maintain_partitions(*, now: datetime | None = None, using: str | None = None) -> dict[str, int]:
     """Create the periods ahead and drop expired ones on partitioned tables (PostgreSQL)."""
     now = now or timezone.now()
     cutoffs = retention_cutoffs(now)
     cutoffs.pop("workflows_before")
     return lifecycle.maintain_partitions(
-        premake=settings.PARTITION_PREMAKE, now=now, using=using, **cutoffs
+        premake=settings.PARTITION_PREMAKE,
+        now=now,
+        queues=queue_cutoffs(now, using=using),
+        using=using,
+        **cutoffs,
     )
 
 
 def prune_expired(*, using: str | None = None) -> dict[str, int]:
     """Delete what is older than ``OJS_RETENTION`` allows, in short transactions.
 
-    Each transaction deletes at most ``PRUNE_BATCH`` rows of each kind, under the
-    reaper's leader lock (one pruner at a time), and commits: no long transaction holds
-    back vacuum or, on SQLite, the write lock that claims and pushes need.
+    A queue with its own retention (``lifecycle.set_queue_retention``, queue config §6.3)
+    has its jobs of those kinds pruned by it instead. Each transaction deletes at most
+    ``PRUNE_BATCH`` rows of each kind, under the reaper's leader lock (one pruner at a
+    time), and commits: no long transaction holds back vacuum or, on SQLite, the write
+    lock that claims and pushes need.
     """
     now = timezone.now()
     cutoffs = retention_cutoffs(now)
     workflows_before = cutoffs.pop("workflows_before")
+    queues = queue_cutoffs(now, using=using)
     # Partitioned tables (PostgreSQL, optional): whole expired periods go first, as one
     # DROP TABLE each; the batches below delete what is left row by row.
     done = maintain_partitions(now=now, using=using)
@@ -155,6 +170,7 @@ def prune_expired(*, using: str | None = None) -> dict[str, int]:
             batch = lifecycle.prune(
                 **cutoffs,
                 workflows_before=workflows_before,
+                queues=queues,
                 limit=PRUNE_BATCH,
                 using=using,
             )

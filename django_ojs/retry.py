@@ -46,6 +46,15 @@ def format_duration(ms: int | float) -> str:
     return out
 
 
+def format_duration_days(ms: int | float) -> str:
+    """Render milliseconds as an ISO-8601 duration with days (``P7D``, ``P1DT12H``,
+    ``PT30M``): how retention periods read (queue config §6.3)."""
+    days, rest = divmod(ms, 86_400_000)
+    if not rest:
+        return f"P{int(days)}D" if days else "PT0S"
+    return (f"P{int(days)}D" if days else "P") + format_duration(rest)[1:]
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """An effective retry policy (retry §2), with intervals in milliseconds."""

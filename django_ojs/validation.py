@@ -560,6 +560,28 @@ def duration_ms(value: Any, field: str, *, unit: str = "s", allow_zero: bool = F
     return round(ms)
 
 
+#: The kinds of finished jobs a queue may keep for its own time (queue config §6.3).
+RETENTION_KINDS = ("completed", "discarded", "cancelled")
+
+
+def validate_retention(value: Any, *, field: str = "retention") -> dict[str, float] | None:
+    """A queue's own retention (queue config §6.3), seconds per kind (None: none). Each kind:
+    ISO 8601 (``"P14D"``), seconds or a timedelta, zero allowed; None follows the setting."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        message = f'{field} must be an object of ISO 8601 durations ({{"completed": "P14D"}})'
+        raise ValidationError(f"{message} or null", field=field)
+    for kind in sorted(str(k) for k in value if k not in RETENTION_KINDS)[:1]:
+        kinds = f"a queue sets {', '.join(RETENTION_KINDS)} (OJS_RETENTION the others)"
+        raise ValidationError(f"{field} has no kind {kind!r}: {kinds}", field=f"{field}.{kind}")
+    out: dict[str, float] = {}
+    for kind in (k for k in RETENTION_KINDS if value.get(k) is not None):
+        ms = duration_ms(value[kind], f"{field}.{kind}", allow_zero=True) or 0
+        out[kind] = ms // 1000 if ms % 1000 == 0 else ms / 1000
+    return out or None
+
+
 def first_duration_ms(
     source: Sequence[dict[str, Any]], name: str, *, allow_zero: bool = False
 ) -> int | None:

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from django_ojs import lifecycle
+from django_ojs import lifecycle, retry
 from django_ojs import queues as queue_ops
 from django_ojs.admin import bulk
 from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
@@ -47,6 +47,15 @@ QUEUE_ACTIONS: dict[str, tuple[str, str, str, str]] = {
         "set the limit of",
     ),
 }
+
+
+def own_retention(info: QueueInfo) -> str:
+    """The queue's own retention (queue config §6.3) as ``completed P1D, discarded
+    P90D``; empty when every kind follows ``OJS_RETENTION``."""
+    own = info.retention or {}
+    return ", ".join(
+        f"{kind} {retry.format_duration_days(seconds * 1000)}" for kind, seconds in own.items()
+    )
 
 
 def jobs_url(**params: str) -> str:
@@ -79,6 +88,7 @@ class QueueAdmin(ReadOnlyAdmin[Queue]):
                 "paused": info.paused,
                 "paused_at": info.paused_at,
                 "concurrency": (info.limits or {}).get("concurrency"),
+                "retention": own_retention(info),
                 "url": jobs_url(queue=info.name),
                 "counts": [
                     (info.counts.get(s, 0), jobs_url(queue=info.name, state__exact=s))

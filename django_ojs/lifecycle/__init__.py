@@ -44,7 +44,14 @@ from django_ojs.lifecycle.partitions import partition as partition_tables
 from django_ojs.lifecycle.partitions import unpartition as unpartition_tables
 from django_ojs.lifecycle.progress import progress_of, report_progress
 from django_ojs.lifecycle.push import enqueue, enqueue_many, push, push_many
-from django_ojs.lifecycle.queues import pause_queue, resume_queue, set_queue_limits
+from django_ojs.lifecycle.queues import (
+    configure_queue,
+    pause_queue,
+    queue_retention,
+    resume_queue,
+    set_queue_limits,
+    set_queue_retention,
+)
 from django_ojs.lifecycle.ratelimits import clear_override as clear_rate_limit_override
 from django_ojs.lifecycle.ratelimits import keys as rate_limit_keys
 from django_ojs.lifecycle.ratelimits import override as override_rate_limit
@@ -121,6 +128,7 @@ __all__ = [
     "cancel_workflow",
     "check_webhook_url",
     "clear_rate_limit_override",
+    "configure_queue",
     "create_webhook",
     "create_workflow",
     "create_workflow_spec",
@@ -164,6 +172,7 @@ __all__ = [
     "purge_all",
     "push",
     "push_many",
+    "queue_retention",
     "rate_limit_keys",
     "rate_limit_status",
     "record_webhook_delivery",
@@ -185,6 +194,7 @@ __all__ = [
     "set_directive",
     "set_maintenance",
     "set_queue_limits",
+    "set_queue_retention",
     "sync_cron",
     "unpartition_tables",
     "update_webhook",

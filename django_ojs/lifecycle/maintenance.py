@@ -7,7 +7,7 @@ fight over a row; every write is still a compare-and-set.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -255,6 +255,16 @@ def recover_dead_workers(
     return count
 
 
+#: Per-queue cut-offs: ``{queue: {"completed_before": datetime, ...}}`` (see :func:`prune`).
+QueueCutoffs = Mapping[str, Mapping[str, datetime | None]]
+#: The job kinds a queue's own retention may change (queue config §6.3), by cut-off name.
+QUEUE_KINDS = {
+    "completed": "completed_before",
+    "discarded": "discarded_before",
+    "cancelled": "cancelled_before",
+}
+
+
 def prune(
     *,
     completed_before: datetime | None = None,
@@ -263,6 +273,7 @@ def prune(
     cancelled_before: datetime | None = None,
     events_before: datetime | None = None,
     workflows_before: datetime | None = None,
+    queues: QueueCutoffs | None = None,
     limit: int | None = None,
     using: str | None = None,
 ) -> dict[str, int]:
@@ -275,6 +286,12 @@ def prune(
     Plain discards and dead-lettered jobs (``dead_letter=True``) have separate cut-offs:
     the dead letter queue is kept longer (DLQ §8, digest §8.22). ``None`` keeps all.
 
+    ``queues`` holds the cut-offs of the queues with their own retention (queue config
+    §6.3): ``{"reports": {"completed_before": t}}`` prunes the completed jobs of
+    ``reports`` by ``t`` instead of ``completed_before`` (``None`` there keeps them); the
+    kinds a queue does not name follow the given cut-offs. Each queue's jobs are one
+    more statement of the same indexed shape, with the queue as one more condition.
+
     A workflow's jobs are its graph: they are never pruned one by one while the outermost
     workflow is ``pending``, ``running`` or ``failed`` (a failed workflow can be resumed
     by retrying its failed steps). A completed or cancelled workflow is deleted, with the
@@ -286,16 +303,21 @@ def prune(
         "completed": 0, "discarded": 0, "dead_letter": 0, "cancelled": 0, "events": 0,
         "workflows": 0,
     }  # fmt: skip
-    rules = prune_rules(
+    groups = prune_groups(
         completed_before=completed_before,
         discarded_before=discarded_before,
         dead_letter_before=dead_letter_before,
         cancelled_before=cancelled_before,
+        queues=queues,
     )
     jobs = prunable_jobs(using)
     with transaction.atomic(using=using):
-        for kind, rule in rules.items():
-            out[kind] = _delete(jobs.filter(rule), limit)
+        for kind, rules in groups.items():
+            for rule in rules:
+                left = None if limit is None else limit - out[kind]
+                if left is not None and left <= 0:
+                    break
+                out[kind] += _delete(jobs.filter(rule), left)
         if events_before is not None:
             out["events"] = _delete(
                 Event.objects.using(using).filter(time__lt=events_before), limit
@@ -319,6 +341,42 @@ def prune(
     return out
 
 
+def prune_groups(
+    *,
+    completed_before: datetime | None = None,
+    discarded_before: datetime | None = None,
+    dead_letter_before: datetime | None = None,
+    cancelled_before: datetime | None = None,
+    queues: QueueCutoffs | None = None,
+) -> dict[str, list[Q]]:
+    """Which finished jobs retention lets go, per kind, as one condition per statement.
+
+    Without ``queues``, one condition per kind (:func:`prune_rules`). A kind some queues
+    set their own cut-off for has one condition for the other queues' jobs (the given
+    cut-off, ``queue NOT IN`` those queues) and one per such queue (its own cut-off,
+    ``queue = name``): each an index range on the kind's time, as without them.
+    """
+    given = {
+        "completed_before": completed_before,
+        "discarded_before": discarded_before,
+        "dead_letter_before": dead_letter_before,
+        "cancelled_before": cancelled_before,
+    }
+    groups: dict[str, list[Q]] = {kind: [rule] for kind, rule in prune_rules(**given).items()}
+    for kind, cutoff in QUEUE_KINDS.items():
+        own = {name: cuts[cutoff] for name, cuts in (queues or {}).items() if cutoff in cuts}
+        if not own:
+            continue
+        rules = [rule & ~Q(queue__in=sorted(own)) for rule in groups.pop(kind, [])]
+        for name, before in sorted(own.items()):
+            rule = prune_rules(**{cutoff: before}).get(kind)
+            if rule is not None:
+                rules.append(Q(queue=name) & rule)
+        if rules:
+            groups[kind] = rules
+    return groups
+
+
 def prune_rules(
     *,
     completed_before: datetime | None = None,
@@ -326,7 +384,7 @@ def prune_rules(
     dead_letter_before: datetime | None = None,
     cancelled_before: datetime | None = None,
 ) -> dict[str, Q]:
-    """Which finished jobs retention lets go, per kind (see :func:`prune`)."""
+    """Which finished jobs retention lets go, per kind, by the global cut-offs only."""
     rules: dict[str, Q] = {}
     if completed_before is not None:
         # A job whose result_ttl reaches further than the retention stays until then.

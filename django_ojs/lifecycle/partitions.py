@@ -6,8 +6,9 @@ instead of deleting its rows one by one, when the partition holds nothing retent
 keeps:
 
 * an event partition goes once its period ended before the events cut-off;
-* a job partition goes once no row in it is kept by :func:`.maintenance.prune_rules`:
-  no unfinished job, no finished job still inside its retention or its ``result_ttl``,
+* a job partition goes once no row in it is kept by :func:`.maintenance.prune_groups`:
+  no unfinished job, no finished job still inside its retention (its queue's own, where
+  the queue has one) or its ``result_ttl``,
   no job of an unfinished workflow. That is read without a lock (it may read the whole
   partition); under the drop's lock, a quick indexed look then makes sure no job of it
   became unfinished meanwhile (a retry, a late insert: the only ways a row that could
@@ -31,7 +32,7 @@ from django_ojs.drivers.periods import INTERVALS, Partition, Partitions, next_st
 from django_ojs.exceptions import ValidationError
 from django_ojs.ids import uuid7_floor, uuid7_time
 from django_ojs.lifecycle.leadership import lead
-from django_ojs.lifecycle.maintenance import prunable_jobs, prune_rules
+from django_ojs.lifecycle.maintenance import QueueCutoffs, prunable_jobs, prune_groups
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Event, Job
 from django_ojs.states import NON_TERMINAL_STATES
@@ -118,10 +119,13 @@ def maintain(
     dead_letter_before: datetime | None = None,
     cancelled_before: datetime | None = None,
     events_before: datetime | None = None,
+    queues: QueueCutoffs | None = None,
     now: datetime | None = None,
     using: str | None = None,
 ) -> dict[str, int]:
     """One pass over the partitioned tables: create the periods ahead, drop expired ones.
+
+    The cut-offs, ``queues`` (the queues' own ones) included, are :func:`.maintenance.prune`'s.
 
     Each change is its own short transaction, under a lock that one process at a time
     holds (a second reaper stops its pass). Returns how many partitions were created
@@ -161,7 +165,7 @@ def maintain(
                 if events_before is None or part.end > events_before:
                     continue
             else:
-                kept = _kept(part, using, cutoffs)
+                kept = _kept(part, using, cutoffs, queues)
                 if kept is None:
                     continue
                 if not kept.exists():  # read without a lock: may read the whole period
@@ -194,14 +198,22 @@ def _few(part: Partition, using: str) -> bool:
     return len(_in(part, using).values_list("pk", flat=True)[: COMPACT_ROWS + 1]) <= COMPACT_ROWS
 
 
-def _kept(part: Partition, using: str, cutoffs: dict[str, datetime | None]) -> QuerySet[Job] | None:
+def _kept(
+    part: Partition,
+    using: str,
+    cutoffs: dict[str, datetime | None],
+    queues: QueueCutoffs | None = None,
+) -> QuerySet[Job] | None:
     """The rows of job partition ``part`` that retention keeps; None when it is too new
     for every row to be prunable yet (a job finishes after it is created)."""
     assert part.end is not None
     present = [cutoff for cutoff in cutoffs.values() if cutoff is not None]
+    present += [c for cuts in (queues or {}).values() for c in cuts.values() if c is not None]
     if not present or part.end > max(present):
         return None
-    rules = list(prune_rules(**cutoffs).values())
+    rules = [rule for group in prune_groups(**cutoffs, queues=queues).values() for rule in group]
+    if not rules:
+        return None
     anything = rules[0]
     for rule in rules[1:]:
         anything |= rule

@@ -1,4 +1,5 @@
-"""Queue pause and resume (digest §8.17) and limits: the only writer of ``Queue`` rows.
+"""Queue pause and resume (digest §8.17), limits and retention: the only writer of
+``Queue`` rows.
 
 Pausing stops FETCH from a queue; enqueueing is still accepted. Each change records a
 ``queue.paused``/``queue.resumed`` event in the same transaction. Not job transitions.
@@ -16,7 +17,7 @@ from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import audit, events
 from django_ojs.lifecycle.store import db
 from django_ojs.models import Queue
-from django_ojs.validation import validate_queue
+from django_ojs.validation import validate_queue, validate_retention
 
 
 def pause_queue(
@@ -57,6 +58,10 @@ def _set_paused(
     return queue
 
 
+#: Leaves a part of a queue's configuration as it is (see :func:`configure_queue`).
+KEEP: Any = object()
+
+
 def set_queue_limits(
     name: str,
     limits: dict[str, Any] | None,
@@ -70,30 +75,87 @@ def set_queue_limits(
     rate limits (rate-limiting §7.2), enforced at claim time for every process together.
     Raises :class:`ValidationError` naming the bad field.
     """
+    return configure_queue(name, limits=limits, actor=actor, using=using)
+
+
+def set_queue_retention(
+    name: str,
+    retention: dict[str, Any] | None,
+    *,
+    actor: Actor | None = None,
+    using: str | None = None,
+) -> Queue:
+    """Set (or, with ``None``/``{}``, remove) how long ``name`` keeps its finished jobs.
+
+    ``{"completed": "P14D", "discarded": "P90D", "cancelled": "P7D"}`` (queue config
+    §6.3): ISO 8601 durations, or seconds; a kind left out (or ``None``) follows
+    ``OJS_RETENTION``. The reaper prunes the queue's jobs by it. Dead-lettered jobs,
+    workflows and events keep their global retention. Raises :class:`ValidationError`
+    naming the bad field (``retention.completed``...).
+    """
+    return configure_queue(name, retention=retention, actor=actor, using=using)
+
+
+def configure_queue(
+    name: str,
+    *,
+    limits: dict[str, Any] | None = KEEP,
+    retention: dict[str, Any] | None = KEEP,
+    actor: Actor | None = None,
+    using: str | None = None,
+) -> Queue:
+    """Set the limits and/or the retention of ``name`` in one transaction (all or none).
+
+    A part not given (:data:`KEEP`) stays as it is; see :func:`set_queue_limits` and
+    :func:`set_queue_retention` for each. Each part given is recorded in the audit trail
+    (``queue.limits``, ``queue.retention``) and emits its event
+    (``queue.limits_changed``, ``queue.retention_changed``).
+    """
     using = db(using)
     validate_queue(name)
-    if limits is not None and not isinstance(limits, dict):
-        raise ValidationError("limits must be an object", field="limits")
-    stored: dict[str, Any] | None = None
-    if limits:
-        unknown = sorted(set(limits) - {"concurrency"})
-        if unknown:
-            raise ValidationError(
-                f"queue limits support 'concurrency' only (got {', '.join(unknown)}); put "
-                "window rates on the jobs' rate_limit",
-                field=f"limits.{unknown[0]}",
-            )
-        value = limits.get("concurrency")
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValidationError(
-                    "limits.concurrency must be an integer >= 0", field="limits.concurrency"
-                )
-            stored = {"concurrency": value}
+    changes: dict[str, Any] = {}
+    if limits is not KEEP:
+        changes["limits"] = _limits(limits)
+    if retention is not KEEP:
+        changes["retention"] = validate_retention(retention)
     with transaction.atomic(using=using):
         queue, _ = Queue.objects.using(using).select_for_update().get_or_create(name=name)
-        audit.record(actor, "queue.limits", using, queue=name, limits=stored)
-        queue.limits = stored
-        queue.save(using=using, update_fields=["limits"])
-        events.emit_other("queue.limits_changed", name, using, queue=name, limits=stored)
+        for column, stored in changes.items():
+            audit.record(actor, f"queue.{column}", using, queue=name, **{column: stored})
+            setattr(queue, column, stored)
+        if changes:
+            queue.save(using=using, update_fields=list(changes))
+        for column, stored in changes.items():
+            events.emit_other(
+                f"queue.{column}_changed", name, using, queue=name, **{column: stored}
+            )
     return queue
+
+
+def _limits(limits: Any) -> dict[str, Any] | None:
+    """The limits to store (``{"concurrency": N}`` or ``None``), or ValidationError."""
+    if limits is not None and not isinstance(limits, dict):
+        raise ValidationError("limits must be an object", field="limits")
+    if not limits:
+        return None
+    unknown = sorted(set(limits) - {"concurrency"})
+    if unknown:
+        raise ValidationError(
+            f"queue limits support 'concurrency' only (got {', '.join(unknown)}); put "
+            "window rates on the jobs' rate_limit",
+            field=f"limits.{unknown[0]}",
+        )
+    value = limits.get("concurrency")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(
+            "limits.concurrency must be an integer >= 0", field="limits.concurrency"
+        )
+    return {"concurrency": value}
+
+
+def queue_retention(*, using: str | None = None) -> dict[str, dict[str, float]]:
+    """The retention overrides of every queue that has one: ``{queue: {kind: seconds}}``."""
+    rows = Queue.objects.using(db(using)).filter(retention__isnull=False)
+    return {name: dict(value) for name, value in rows.values_list("name", "retention") if value}

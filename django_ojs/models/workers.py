@@ -56,6 +56,9 @@ class Queue(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     #: Queue-level limit (rate-limiting §7.2): ``{"concurrency": N}``; NULL = none.
     limits = models.JSONField(null=True, blank=True)
+    #: Retention override (queue config §6.3): seconds per kind (``completed``,
+    #: ``discarded``, ``cancelled``); a kind not in it, or NULL, follows ``OJS_RETENTION``.
+    retention = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "ojs_queue"

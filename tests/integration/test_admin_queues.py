@@ -1,11 +1,12 @@
-"""The queues admin: counts by state per queue, the paused flag, pause and resume."""
+"""The queues admin: counts by state per queue, the paused flag, a queue's own retention,
+pause and resume."""
 
 from __future__ import annotations
 
 import pytest
 from django.urls import reverse
 
-from django_ojs import queues
+from django_ojs import lifecycle, queues
 from django_ojs.models import Event, Queue
 from tests.factories import JobFactory, QueueFactory
 from tests.integration.admin_support import ask, confirm, messages_of, operator
@@ -45,6 +46,18 @@ def test_list__shows_the_paused_flag(admin_client):
 
     assert rows_by_name(response)["mail"]["paused"] is True
     assert '<span class="ojs-flag-paused"' in response.content.decode()
+
+
+def test_list__shows_a_queue_own_retention(admin_client):
+    lifecycle.set_queue_retention("mail", {"completed": "P1D", "discarded": "PT36H"})
+    JobFactory(queue="reports")
+
+    response = admin_client.get(LIST)
+
+    rows = rows_by_name(response)
+    assert rows["mail"]["retention"] == "completed P1D, discarded P1DT12H"
+    assert rows["reports"]["retention"] == ""  # follows OJS_RETENTION
+    assert "<td>completed P1D, discarded P1DT12H</td>" in response.content.decode()
 
 
 def test_pause__asks_then_pauses(admin_client):

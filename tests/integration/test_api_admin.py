@@ -336,6 +336,9 @@ def test_dead_letter_stats_detail_and_delete(api, settings):
         assert stats["oldest_at"] <= stats["newest_at"]
         assert stats["retention"]["max_age"] == "P180D" and stats["retention"]["next_prune_at"]
 
+    settings.OJS_RETENTION = {"dead_letter": 36 * 3600}
+    assert api.get("/dead-letter/stats").body["retention"]["max_age"] == "P1DT12H"
+
     detail = api.get(f"{A}/dead-letter/{sms.id}")
     assert detail.status_code == 200 and detail.body["id"] == str(sms.id)
     assert api.get(f"/dead-letter/{sms.id}").body["job"]["state"] == "discarded"

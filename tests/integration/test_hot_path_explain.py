@@ -161,6 +161,29 @@ def test_a_reaper_pass_with_pruning_uses_indexes(settings):
     assert captured.explained >= 10  # about 20: each step and prune kind
 
 
+def test_a_prune_by_queues_own_retention_uses_indexes(settings):
+    """Queue config §6.3: each queue with its own retention is one more statement per
+    kind, the queue one more condition on the same index range (or the queues' index)."""
+    settings.OJS_RETENTION = {
+        "completed": 7 * 86400, "cancelled": 7 * 86400, "discarded": 30 * 86400,
+        "dead_letter": 60, "events": 60, "workflows": 60,
+    }  # fmt: skip
+    lifecycle.set_queue_retention("short", {"completed": "PT60S", "cancelled": "PT60S"})
+    lifecycle.set_queue_retention("long", {"completed": "P30D", "discarded": "P90D"})
+    long_ago = timezone.now() - timedelta(days=10)
+    for queue in ("short", "long", "other"):
+        JobFactory.create_batch(2, queue=queue, state="completed", completed_at=long_ago)
+        JobFactory(queue=queue, state="cancelled", cancelled_at=long_ago)
+        JobFactory(queue=queue, state="discarded", discarded_at=long_ago)
+    with Statements() as captured:
+        pruned = reaper.prune_expired()
+    assert (pruned["completed"], pruned["cancelled"], pruned["discarded"]) == (4, 3, 0)
+    assert set(Job.objects.values_list("queue", flat=True)) == {"long", "other", "short"}
+    found = captured.offenders()
+    assert not found, "\n".join(found)
+    assert captured.explained >= 8
+
+
 def _job_reads(node: dict) -> set[str]:
     """How a plan reads ``ojs_job`` (or a partition): the index names, or "Seq Scan"."""
     found: set[str] = set()

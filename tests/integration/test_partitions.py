@@ -166,6 +166,32 @@ def test_a_job_period_is_dropped_only_when_retention_lets_every_row_in_it_go(
 
 
 @pytest.mark.postgresql
+def test_a_job_period_follows_the_own_retention_of_its_jobs_queues(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Queue config §6.3: a queue that keeps its jobs longer keeps their period; one that
+    keeps them shorter lets a period go before the global retention would."""
+    monkeypatch.setattr(partitions, "COMPACT_ROWS", 0)
+    now = timezone.now()
+    lifecycle.set_queue_retention("long", {"completed": "P30D"})
+    lifecycle.set_queue_retention("short", {"completed": "P1D"})
+    # Completed 8 days ago: past the global 7 days.
+    kept = made(now, 10, queue="long", state="completed", completed_at=now - timedelta(days=8))
+    made(now, 10, queue="other", state="completed", completed_at=now - timedelta(days=8))
+    # Completed 2 days ago: inside the global 7 days, past the short queue's 1.
+    early = [made(now, 3, queue="short", state="completed", completed_at=now - timedelta(days=2))]
+    lifecycle.partition_tables(["jobs"], interval="day", premake=1, now=now)
+
+    reaper.maintain_partitions(now=now)
+
+    assert where(kept.pk) == f"ojs_job_p{now - timedelta(days=10):%Y%m%d}"  # kept
+    assert not Job.objects.filter(pk=early[0].pk).exists()  # day -3 dropped
+    layout = lifecycle.partition_layout("jobs")
+    assert layout is not None
+    assert f"ojs_job_p{now - timedelta(days=3):%Y%m%d}" not in {p.name for p in layout.ranges}
+
+
+@pytest.mark.postgresql
 def test_an_expired_period_down_to_a_few_kept_rows_moves_them_to_the_default_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

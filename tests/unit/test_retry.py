@@ -5,7 +5,13 @@ from datetime import timedelta
 import pytest
 
 from django_ojs.exceptions import RetryPolicyError
-from django_ojs.retry import RetryPolicy, decide, format_duration, parse_duration
+from django_ojs.retry import (
+    RetryPolicy,
+    decide,
+    format_duration,
+    format_duration_days,
+    parse_duration,
+)
 
 
 @pytest.mark.parametrize(
@@ -33,6 +39,16 @@ def test_parse_duration__rejects_non_iso(text):
 @pytest.mark.parametrize("ms", [1000, 500, 300_000, 5_400_000, 90_250, 1])
 def test_format_duration__round_trips(ms):
     assert parse_duration(format_duration(ms)) == ms
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [(0, "PT0S"), (7 * 86_400_000, "P7D"), (129_600_000, "P1DT12H"), (3_600_000, "PT1H"),
+     (500, "PT0.5S"), (86_401_500, "P1DT1.5S"), (180 * 86_400_000, "P180D")],
+)  # fmt: skip
+def test_format_duration_days__counts_whole_days_and_round_trips(ms, text):
+    assert format_duration_days(ms) == text
+    assert parse_duration(text) == ms
 
 
 def test_policy__defaults_follow_retry_spec():

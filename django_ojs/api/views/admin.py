@@ -20,7 +20,7 @@ from django.utils import timezone
 from rest_framework.response import Response
 
 from django_ojs import envelope, jobquery, lifecycle, queues, validation
-from django_ojs.api import serializers
+from django_ojs.api import queueconfig, serializers
 from django_ojs.api.permissions import MANAGE
 from django_ojs.api.views import dead_letter
 from django_ojs.api.views.base import OJSView, bulk_filter, refuse_unknown, require_confirm
@@ -178,10 +178,7 @@ def _queue(info: queues.QueueInfo, *, detail: bool = False) -> dict[str, Any]:
             .aggregate(first=Min("enqueued_at"))["first"]
         )
         out["oldest_available_at"] = envelope.format_timestamp(oldest)
-        out["configuration"] = {
-            **(info.limits or {}),
-            "retention": {k: v for k, v in settings.RETENTION.items() if v is not None},
-        }
+        out["configuration"] = queueconfig.configuration(info)
     return out
 
 

@@ -69,10 +69,7 @@ def stats(jobs: QuerySet[Job]) -> dict[str, Any]:
 def _iso_age(seconds: float | None) -> str | None:
     if not seconds:
         return None
-    days, rest = divmod(seconds, 86400)
-    if not rest:
-        return f"P{int(days)}D"
-    return (f"P{int(days)}D" if days else "P") + retry.format_duration(rest * 1000)
+    return retry.format_duration_days(seconds * 1000)
 
 
 def dead_job(jobs: QuerySet[Job], job_id: str) -> Job:

@@ -8,7 +8,7 @@ from django.utils import timezone
 from rest_framework.response import Response
 
 from django_ojs import lifecycle, queues, validation
-from django_ojs.api import pagination, serializers
+from django_ojs.api import pagination, queueconfig, serializers
 from django_ojs.api.permissions import INSPECT, MANAGE
 from django_ojs.api.views.base import OJSView
 from django_ojs.conf import settings
@@ -91,7 +91,10 @@ class QueueConfigView(OJSView):
     """``GET``/``PUT /ojs/v1/queues/{name}/config`` (and ``/ojs/v1/admin/queues/{name}/config``).
 
     The queue-level limit (rate-limiting §7.2): ``{"concurrency": N}`` (also accepted under
-    ``limits`` or ``rate_limit``); ``{"concurrency": null}`` removes it.
+    ``limits`` or ``rate_limit``), and the queue's own retention of its finished jobs
+    (queue config §6.3, admin API §6.6) in ISO 8601 durations:
+    ``{"retention": {"completed": "P14D"}}``. PUT sets the whole configuration and takes
+    back what GET returned unchanged (:mod:`django_ojs.api.queueconfig`).
     """
 
     operation = {"GET": INSPECT, "PUT": MANAGE}
@@ -99,14 +102,19 @@ class QueueConfigView(OJSView):
     def get(self, request: Any, name: str) -> Response:
         self.require_queue(request, name, INSPECT)
         info = _known(name)
-        return Response({"queue": serializers.queue(info), "config": {"limits": info.limits}})
+        return Response({"queue": serializers.queue(info), "config": queueconfig.render(info)})
 
     def put(self, request: Any, name: str) -> Response:
         body = self.body(request)
         self.require_queue(request, name, MANAGE)
-        limits = body.get("limits", body.get("rate_limit", body))
-        queue = lifecycle.set_queue_limits(name, limits, actor=self.actor(request))
-        info = queues.QueueInfo(
-            queue.name, queue.paused, queue.paused_at, queue.created_at, limits=queue.limits
+        validation.validate_queue(name)
+        current = {i.name: i for i in queues.list_queues()}.get(name, queues.QueueInfo(name))
+        limits, retention = queueconfig.parse(body, current)
+        queue = lifecycle.configure_queue(
+            name, limits=limits, retention=retention, actor=self.actor(request)
         )
-        return Response({"queue": serializers.queue(info), "config": {"limits": queue.limits}})
+        info = queues.QueueInfo(
+            queue.name, queue.paused, queue.paused_at, queue.created_at,
+            limits=queue.limits, retention=queue.retention,
+        )  # fmt: skip
+        return Response({"queue": serializers.queue(info), "config": queueconfig.render(info)})
