@@ -19,7 +19,7 @@ from django_ojs.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-MIGRATIONS = ["0001_initial", "0002_postgresql", "0003_queue_retention"]
+MIGRATIONS = ["0001_initial", "0002_postgresql"]
 
 
 def migrate(target: list[tuple[str, str | None]]) -> None:
@@ -44,22 +44,10 @@ def back_to_latest() -> Iterator[None]:
         migrate(latest())
 
 
-def test_the_app_has_one_initial_migration_the_postgresql_one_and_queue_retention():
+def test_the_app_has_one_initial_migration_and_the_postgresql_one():
     graph = MigrationExecutor(connection).loader.graph
     assert sorted(name for app, name in graph.nodes if app == "ojs") == MIGRATIONS
-    assert latest() == [("ojs", "0003_queue_retention")]
-
-
-def test_queue_retention_comes_and_goes_keeping_the_queues(back_to_latest):
-    lifecycle.set_queue_retention("mig", {"completed": "P1D"})
-    migrate([("ojs", "0002_postgresql")])
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT name FROM ojs_queue WHERE name = 'mig'")
-        assert cursor.fetchall() == [("mig",)]
-    migrate(latest())
-    assert lifecycle.queue_retention() == {}  # the column came back empty
-    lifecycle.set_queue_retention("mig", {"completed": "P2D"})
-    assert lifecycle.queue_retention() == {"mig": {"completed": 2 * 86400}}
+    assert latest() == [("ojs", "0002_postgresql")]
 
 
 def round_trip() -> None:
