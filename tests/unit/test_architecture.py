@@ -6,6 +6,10 @@ enforce"), checked on the source with ``ast``.
   ``django_ojs.drivers``.
 * No module imports a private (``_name``) name from another module.
 * ``models`` imports nothing from the layers above it.
+* The OJS rules stand alone: the pure modules (:data:`PURE`: states, the envelope,
+  retry, schedule, unique, rate limits, policy, validation, ids, exceptions, failure)
+  import only each other, ``conf`` and ``types`` of django-ojs, and nothing of
+  ``django.db``: no model, no database, no HTTP.
 * Only the drivers know the database: no module outside ``django_ojs.drivers`` (and the
   migrations, which Django runs per vendor) reads a connection's ``vendor`` or runs SQL of
   its own (``cursor()``, ``raw()``, ``RawSQL``, ``extra()``).
@@ -160,6 +164,42 @@ def test_models_import_nothing_from_the_layers_above(path: Path):
     assert not bad, f"{module_name(path)} imports from above it: {bad}"
 
 
+#: The pure OJS rules (rule 4 of architecture.md), and what else of django-ojs they may use.
+PURE = (
+    "django_ojs.states",
+    "django_ojs.envelope",
+    "django_ojs.retry",
+    "django_ojs.schedule",
+    "django_ojs.unique",
+    "django_ojs.ratelimit",
+    "django_ojs.policy",
+    "django_ojs.validation",
+    "django_ojs.ids",
+    "django_ojs.exceptions",
+    "django_ojs.failure",
+)
+PURE_MAY_USE = (*PURE, "django_ojs.conf", "django_ojs.types")
+
+
+def pure_params():
+    for path in MODULES:
+        if any(within(module_name(path), p) for p in PURE):
+            yield pytest.param(path, id=module_name(path))
+
+
+@pytest.mark.parametrize("path", list(pure_params()))
+def test_the_ojs_rules_use_no_database_and_no_layer_above(path: Path):
+    bad = []
+    for imp in imports(path):
+        full = f"{imp.module}.{imp.name}" if imp.name else imp.module
+        ours = within(imp.module, "django_ojs")
+        if ours and not any(within(full, p) or within(imp.module, p) for p in PURE_MAY_USE):
+            bad.append(str(imp))
+        if within(imp.module, "django.db"):
+            bad.append(str(imp))
+    assert not bad, f"{module_name(path)} is one of the pure OJS rules: {bad}"
+
+
 #: Calls and names that run SQL written by hand.
 RAW_SQL_CALLS = frozenset({"cursor", "raw", "extra"})
 RAW_SQL_NAMES = frozenset({"RawSQL"})
@@ -247,3 +287,21 @@ def test_checker__finds_vendor_reads_and_raw_sql(monkeypatch):
     for line in (2, 4, 6, 7):
         assert f"line {line}:" in message
     assert "line 8:" not in message
+
+
+def test_checker__finds_a_pure_module_reaching_up(monkeypatch):
+    fake = PACKAGE / "retry.py"
+    source = (
+        "from django_ojs.exceptions import ValidationError\n"
+        "from django_ojs.models import Job\n"
+        "from django.db import connection\n"
+        "from django_ojs import lifecycle\n"
+        "from django_ojs.conf import settings\n"
+    )
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: source)
+    with pytest.raises(AssertionError) as info:
+        test_the_ojs_rules_use_no_database_and_no_layer_above(fake)
+    message = str(info.value)
+    for line in (2, 3, 4):
+        assert f"line {line}:" in message
+    assert "line 1:" not in message and "line 5:" not in message
