@@ -28,9 +28,9 @@ class OJSConfig(AppConfig):
             if conn.connection is not None:
                 register_functions(None, conn)
         autodiscover()  # imports <app>.jobs (OJS_HANDLER_MODULES) so @handler runs
+        from django_ojs.deliveries import deliver
         from django_ojs.registry import registry
         from django_ojs.webhooks import DELIVER_TYPE
-        from django_ojs.webhooks.deliver import deliver
 
         registry.register(DELIVER_TYPE, deliver, replace=True)  # webhook deliveries are jobs
         backends = getattr(django_settings, "TASKS", None) or {}

@@ -19,10 +19,10 @@ from django.http import HttpRequest
 
 from django_ojs import lifecycle
 from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
+from django_ojs.deliveries import ping
 from django_ojs.exceptions import OJSError, ValidationError
 from django_ojs.models import WebhookSubscription
 from django_ojs.webhooks import filters
-from django_ojs.webhooks.deliver import ping
 
 if TYPE_CHECKING:
     _SubscriptionForm = ModelForm[WebhookSubscription]

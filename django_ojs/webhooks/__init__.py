@@ -1,8 +1,8 @@
 """Webhook delivery (OJS webhooks extension): sign, check addresses, send, match events.
 
 ``signing`` and ``filters`` are pure; ``addresses`` and ``transport`` do network I/O but
-no database access; ``deliver`` is the ``ojs.webhook.deliver`` job handler and the test
-ping. Subscriptions are written by ``django_ojs.lifecycle`` (``create_webhook``...), and
+no database access. The ``ojs.webhook.deliver`` job handler and the test ping, which
+use the lifecycle, are :mod:`django_ojs.deliveries`, above it. Subscriptions are written by ``django_ojs.lifecycle`` (``create_webhook``...), and
 the reaper's dispatcher turns stored events into delivery jobs
 (``lifecycle.dispatch_webhooks``).
 """

@@ -19,11 +19,11 @@ from django_ojs.api.permissions import MANAGE
 from django_ojs.api.serializers import ts
 from django_ojs.api.views.base import OJSView
 from django_ojs.conf import settings
+from django_ojs.deliveries import ping
 from django_ojs.exceptions import JobNotFound, ValidationError
 from django_ojs.models import Job, WebhookSubscription
 from django_ojs.states import JobState
 from django_ojs.webhooks import DELIVER_TYPE
-from django_ojs.webhooks.deliver import ping
 
 STATE_NAMES = [str(s) for s in JobState]
 CREATE_FIELDS = {"url", "events", "filter", "metadata", "active", "secret"}

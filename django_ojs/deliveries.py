@@ -1,4 +1,5 @@
-"""Sending one event to one subscription: the ``ojs.webhook.deliver`` handler and the test.
+"""Webhook deliveries: sending one event to one subscription, the ``ojs.webhook.deliver``
+job handler, and the test ping.
 
 A delivery is a job whose ``args`` are ``[subscription_id, event]``; its id is the
 delivery id (``X-OJS-Delivery-ID: del_<job id>``), the same for every attempt (webhooks
