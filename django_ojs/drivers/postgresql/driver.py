@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import partial
 from itertools import compress, repeat
 from operator import is_not
 from typing import Any
@@ -40,6 +41,7 @@ from django_ojs.drivers.postgresql.listener import (
     listen_alias,
     pooled_signs,
 )
+from django_ojs.drivers.postgresql.notifier import notifier, pushes
 from django_ojs.drivers.postgresql.shapes import (
     JOB_COLUMN_INDEXES,
     Shape,
@@ -59,7 +61,6 @@ from django_ojs.drivers.postgresql.shapes import (
 )
 from django_ojs.drivers.postgresql.statements import (
     AFTER_EMPTY_CLAIM_SQL,
-    AFTER_PUSH_SQL,
     COPY_EVENTS_SQL,
     COPY_THRESHOLD,
     DISTINCT_TYPES_SQL,
@@ -73,6 +74,7 @@ from django_ojs.drivers.postgresql.statements import (
     LOCK_NOT_AVAILABLE,
     LOOK_SQL,
     PUSH_ONE_PARAMS,
+    REGISTER_QUEUES_SQL,
     SEARCH_INDEXES,
     SETTLED_EVENT_SEQ_SQL,
     STALE_JOB_TABLES_SQL,
@@ -413,7 +415,6 @@ class PostgreSQLDriver(OrmDriver):
         present = tuple(compress(JOB_COLUMN_INDEXES, map(is_not, values, repeat(None))))
         names, given = map(PUSH_ONE_PARAMS.__getitem__, present), map(values.__getitem__, present)
         params: dict[str, Any] = dict(zip(names, given, strict=True))
-        params["available"] = available
         # The event is built in Python and sent as parameters. Built by PostgreSQL from
         # the inserted row (as a bulk push's are) it took 30 µs less of the client's CPU
         # and 45 µs more of the server's: initialising the event expression costs more
@@ -428,7 +429,19 @@ class PostgreSQLDriver(OrmDriver):
                 now=event.time,
                 event_data=json_text(event.data),  # JSON text: psycopg's C code sends it
             )
-        kept_cursor(connections[self.using]).execute(push_one_sql(present, events.stored), params)
+        connection = connections[self.using]
+        if available and not connection.in_atomic_block:
+            # Its own transaction: it NOTIFYs on commit, unless another push of this
+            # process is under way, whose commit it would queue behind (notifier.py).
+            with pushes.alone() as alone:
+                sql = push_one_sql(present, events.stored, notify=alone)
+                kept_cursor(connection).execute(sql, params)
+            if not alone:
+                notifier(self.using).wake((job.queue,))
+        else:
+            kept_cursor(connection).execute(push_one_sql(present, events.stored), params)
+            if available:
+                self.wake_on_commit((job.queue,))
         return rows if events.returned else []
 
     def push_many(
@@ -442,7 +455,7 @@ class PostgreSQLDriver(OrmDriver):
         cursor = None
         # Each batch is sent as soon as it is made, in pipeline mode: PostgreSQL writes
         # it while the caller makes the next. The results (and errors, as Django's) are
-        # read at the end. The queues' registration and NOTIFY go last.
+        # read at the end. The queues' registration goes last; the wake-up after the commit.
         with pipelined(connection):
             for jobs in batches:
                 if not jobs:
@@ -458,7 +471,10 @@ class PostgreSQLDriver(OrmDriver):
                 queues |= batch_queues
                 available |= batch_available
             if queues:
-                self.after_push(queues, available)
+                with server_cursor(connection) as registering:
+                    registering.execute(REGISTER_QUEUES_SQL, {"queues": sorted(queues)})
+        if available:  # after the pipeline: its statements have run (and, alone, committed)
+            self.wake_on_commit(available)
         rows: list[EventRow] = []
         if events.returned:
             for cursor, jobs in sent:
@@ -480,10 +496,17 @@ class PostgreSQLDriver(OrmDriver):
                 cursor.execute(sql, [v for row in rows for v in event_values(row)])
 
     def after_push(self, queues: set[str], available: set[str]) -> None:
-        with server_cursor(connections[self.using]) as cursor:
-            cursor.execute(
-                AFTER_PUSH_SQL, {"queues": sorted(queues), "available": sorted(available)}
-            )
+        if queues:
+            with server_cursor(connections[self.using]) as cursor:
+                cursor.execute(REGISTER_QUEUES_SQL, {"queues": sorted(queues)})
+        if available:
+            self.wake_on_commit(available)
+
+    def wake_on_commit(self, queues: Iterable[str]) -> None:
+        """Have the listeners of ``queues`` woken once the caller's transaction commits
+        (now, outside one), by this process's notifier: never inside the transaction,
+        where a ``NOTIFY`` makes every pushing commit wait for the one before it."""
+        transaction.on_commit(partial(notifier(self.using).wake, tuple(queues)), using=self.using)
 
     def lock_keys(self, keys: Sequence[str]) -> None:
         if not keys:

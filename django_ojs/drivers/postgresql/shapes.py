@@ -38,8 +38,10 @@ from django_ojs.drivers.postgresql.statements import (
     JOB_FIELDS,
     JSON_JOB_COLUMNS,
     PUSH_ONE_EVENT_CTE,
+    PUSH_ONE_NOTIFY_TAIL,
     PUSH_ONE_PARAMS,
     PUSH_ONE_SQL,
+    PUSH_ONE_TAIL,
     RELAXED_COMMIT_SQL,
     TOUCH_WORKER_CTE,
     UUID7_SQL,
@@ -255,13 +257,15 @@ def _returning(model_fields: list[Any], event_columns: Sequence[str]) -> str:
     return ", ".join(f'j."{column}"' for column in wanted)
 
 
-@functools.lru_cache(maxsize=64)
-def push_one_sql(present: tuple[int, ...], with_event: bool) -> str:
-    """PUSH_ONE_SQL for the job columns at ``present`` (non-NULL values)."""
+@functools.lru_cache(maxsize=128)
+def push_one_sql(present: tuple[int, ...], with_event: bool, notify: bool = False) -> str:
+    """PUSH_ONE_SQL for the job columns at ``present`` (non-NULL values); ``notify``: it
+    wakes the queue's workers on commit."""
     return PUSH_ONE_SQL.format(
         columns=", ".join(f'"{JOB_COLUMNS[i]}"' for i in present),
         values=", ".join(f"%({PUSH_ONE_PARAMS[i]})s" for i in present),
         events=PUSH_ONE_EVENT_CTE if with_event else "",
+        tail=PUSH_ONE_NOTIFY_TAIL if notify else PUSH_ONE_TAIL,
     )
 
 

@@ -274,37 +274,51 @@ COMPLETE_EVENTS = _event_select(
 )
 
 
-# Why raw SQL: registering the queues and waking listeners is one round trip instead of
-# two per push. pg_notify inside the pushing transaction is delivered only when (and if)
-# it commits, so a rolled-back job never wakes a worker.
-AFTER_PUSH_SQL = f"""
-WITH registered AS (
-    INSERT INTO ojs_queue (name, paused, created_at)
-    SELECT name, false, now() FROM unnest(%(queues)s::text[]) AS name
-    ON CONFLICT (name) DO NOTHING
-)
-SELECT pg_notify('{CHANNEL}', name) FROM unnest(%(available)s::text[]) AS name
+# Registering the queues of a push, in its transaction. Its workers are woken after the
+# commit, by the notifier (NOTIFY_SQL): see drivers/postgresql/notifier.py.
+REGISTER_QUEUES_SQL = """
+INSERT INTO ojs_queue (name, paused, created_at)
+SELECT name, false, now() FROM unnest(%(queues)s::text[]) AS name
+ON CONFLICT (name) DO NOTHING
+"""
+
+
+# Why raw SQL: the notifier wakes the listeners of some queues in one statement, whose
+# transaction commits without waiting for the disk (set_config(..., true): for this
+# transaction only, so it cannot leak to another client through a pooler). A NOTIFY
+# holds a lock for the whole database from its commit's start to its end; a commit that
+# waits for no flush holds it for microseconds.
+NOTIFY_SQL = f"""
+WITH settings AS (SELECT set_config('synchronous_commit', 'off', true))
+SELECT pg_notify('{CHANNEL}', name) FROM settings, unnest(%s::text[]) AS name
 """
 
 
 # Why raw SQL: a single push must be as cheap as one insert. The ORM needs four round
-# trips (BEGIN, INSERT job, INSERT event, COMMIT) plus one for the queue/NOTIFY; these
+# trips (BEGIN, INSERT job, INSERT event, COMMIT) plus one for the queue; these
 # data-modifying CTEs do all of it in ONE statement, which PostgreSQL runs atomically, so
-# outside a caller's transaction no BEGIN/COMMIT is needed at all. Inside one, the NOTIFY
-# is still delivered only on commit.
+# outside a caller's transaction no BEGIN/COMMIT is needed at all. The workers are woken
+# on its commit, or after it by the notifier (drivers/postgresql/notifier.py).
 # Only the job's non-NULL columns are listed (a NULL column is what the INSERT leaves
-# out), and the queue name is one parameter used three times: the statement stays
+# out), and the queue name is one parameter used thrice: the statement stays
 # under psycopg's 50 parameters, so its conversion to $n placeholders is cached, and
 # psycopg prepares it on the server (see server_cursor); a few shapes cover a program's pushes.
-PUSH_ONE_SQL = f"""
+PUSH_ONE_SQL = """
 WITH job AS (
-    INSERT INTO ojs_job ({{columns}}) VALUES ({{values}})
-), queue AS (
+    INSERT INTO ojs_job ({columns}) VALUES ({values})
+){events}{tail}
+"""
+#: The end of PUSH_ONE_SQL: its queue registered; the workers woken after the commit.
+PUSH_ONE_TAIL = """
+INSERT INTO ojs_queue (name, paused, created_at) VALUES (%(queue)s, false, now())
+ON CONFLICT (name) DO NOTHING"""
+#: The end of PUSH_ONE_SQL when no other push of the process is under way: its queue
+#: registered and its workers woken by its own commit (see drivers/postgresql/notifier.py).
+PUSH_ONE_NOTIFY_TAIL = f""", queue AS (
     INSERT INTO ojs_queue (name, paused, created_at) VALUES (%(queue)s, false, now())
     ON CONFLICT (name) DO NOTHING
-){{events}}
-SELECT pg_notify('{CHANNEL}', %(queue)s) WHERE %(available)s
-"""
+)
+SELECT pg_notify('{CHANNEL}', %(queue)s)"""
 
 
 _QUEUE_INDEX = JOB_COLUMNS.index("queue")
