@@ -6,8 +6,8 @@ The OJS HTTP binding requires the ``/ojs/`` prefix (HB §3.1): ``/ojs/manifest``
 
 from __future__ import annotations
 
-from django.urls import include, path
+from django_ojs.api.urls import urlpatterns as api_urlpatterns
 
 app_name = "ojs"
 
-urlpatterns = [path("", include("django_ojs.api.urls"))]
+urlpatterns = list(api_urlpatterns)

@@ -14,11 +14,18 @@ from django_ojs.api.views import admin as admin_views
 from django_ojs.api.views import admin_system
 from django_ojs.api.views.admin_ui import admin_ui
 
+# Django tries the routes in order, and a route that does not match costs a few µs: the
+# worker protocol's and the enqueue's routes, the busiest, come first (URL resolution
+# was 6-9 % of an ACK's CPU with 18 routes tried before it).
 v1: list[URLPattern | URLResolver] = [
-    path("health", views.HealthView.as_view(), name="health"),
-    path("ready", views.ReadyView.as_view(), name="ready"),
+    path("workers/fetch", views.FetchView.as_view(), name="worker-fetch"),
+    path("workers/ack", views.AckView.as_view(), name="worker-ack"),
+    path("workers/nack", views.NackView.as_view(), name="worker-nack"),
+    path("workers/heartbeat", views.HeartbeatView.as_view(), name="worker-heartbeat"),
     path("jobs", views.JobListView.as_view(), name="job-list"),
     path("jobs/batch", views.JobBatchView.as_view(), name="job-batch"),
+    path("health", views.HealthView.as_view(), name="health"),
+    path("ready", views.ReadyView.as_view(), name="ready"),
     path("jobs/bulk", views.BulkEnqueueView.as_view(), name="job-bulk"),
     path("jobs/bulk/cancel", views.BulkCancelView.as_view(), name="job-bulk-cancel"),
     path("jobs/bulk/retry", views.BulkRetryView.as_view(), name="job-bulk-retry"),
@@ -33,10 +40,6 @@ v1: list[URLPattern | URLResolver] = [
         views.ProgressStreamView.as_view(),
         name="job-progress-stream",
     ),
-    path("workers/fetch", views.FetchView.as_view(), name="worker-fetch"),
-    path("workers/ack", views.AckView.as_view(), name="worker-ack"),
-    path("workers/nack", views.NackView.as_view(), name="worker-nack"),
-    path("workers/heartbeat", views.HeartbeatView.as_view(), name="worker-heartbeat"),
     path("workers/progress", views.ProgressView.as_view(), name="worker-progress"),
     path("queues", views.QueueListView.as_view(), name="queue-list"),
     path("queues/<str:name>/stats", views.QueueStatsView.as_view(), name="queue-stats"),
@@ -154,9 +157,9 @@ admin = [
 v1.append(path("admin/", include(admin)))
 
 urlpatterns = [
+    path("v1/", include(v1)),
     path("manifest", views.ManifestView.as_view(), name="manifest"),
     path("metrics", views.MetricsView.as_view(), name="metrics"),
-    path("v1/", include(v1)),
     # The official admin UI (OJS_ADMIN_UI_DIR): its files and the app's deep links.
     path("admin", admin_ui, name="admin-ui-root"),
     path("admin/", admin_ui, name="admin-ui"),
