@@ -94,7 +94,9 @@ class OJSJSONParser(BaseParser):
         # (validation.check_json); this bounds the whole document, wrappers included. A
         # text with no more brackets than the limit cannot nest deeper: no walk for it.
         depth = settings.MAX_JSON_DEPTH + BODY_WRAPPER_DEPTH
-        if text.count("[") + text.count("{") > depth and validation.json_depth_exceeds(data, depth):
+        if text.count("[") + text.count("{") > depth and validation.json_text_depth_exceeds(
+            raw, depth
+        ):
             raise _too_deep()
         return data
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import random
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -299,3 +302,49 @@ def test_build__the_size_limit_counts_the_compact_json_of_args_meta_extra_and_un
     with pytest.raises(EnvelopeTooLarge) as info:
         make("t.size", ("xx",), max_bytes=exact - 1)
     assert info.value.details == {"size": exact, "limit": exact - 1}
+
+
+# ------------------------------------------------------- the request body's depth, on bytes
+
+
+def _random_json(rng: random.Random, depth: int) -> Any:
+    if depth == 0 or rng.random() < 0.3:
+        return rng.choice([1, 'a[{"', None, "\\", "", 'é]}\n"', "\u2028[", 1.5e300, True])
+    if rng.random() < 0.5:
+        return [_random_json(rng, depth - 1) for _ in range(rng.randint(0, 3))]
+    return {f'k[{"}"}"{i}': _random_json(rng, depth - 1) for i in range(rng.randint(0, 3))}
+
+
+def test_json_text_depth_agrees_with_the_walk_of_the_decoded_value():
+    rng = random.Random(20261127)
+    for _ in range(3000):
+        value = _random_json(rng, rng.randint(0, 9))
+        raw = json.dumps(
+            value, ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 1])
+        ).encode()
+        for limit in range(10):
+            assert validation.json_text_depth_exceeds(raw, limit) is validation.json_depth_exceeds(
+                value, limit
+            ), (raw, limit)
+
+
+@pytest.mark.parametrize(
+    ("raw", "deepest"),
+    [
+        (b"1", 0),
+        (b"[]", 1),
+        (b'{"a": [1, {"b": "]]]]"}]}', 3),
+        (b'["\\"[[[", "\\\\", {"\\u005b": []}]', 3),  # escapes, escaped quotes, \\u
+        ('{"é": ["ü", ["日本"]]}'.encode(), 3),
+    ],
+)
+def test_json_text_depth_cases(raw, deepest):
+    assert validation.json_text_depth_exceeds(raw, deepest) is False
+    if deepest:
+        assert validation.json_text_depth_exceeds(raw, deepest - 1) is True
+
+
+def test_json_text_depth_of_a_very_deep_document():
+    raw = b"[" * 200_000 + b"]" * 200_000
+    assert validation.json_text_depth_exceeds(raw, 64) is True
+    assert validation.json_text_depth_exceeds(b'{"jobs": [' + b"[]," * 1000 + b"[]]}", 3) is False
