@@ -73,6 +73,7 @@ class Fetcher:
         beat: Callable[[], None],
         progress: Callable[[Any, float, str | None, Any], None],
         using: str,
+        fetch: lifecycle.PoolFetch | None = None,
     ):
         self.worker_id = worker_id
         self.queues = queues
@@ -88,8 +89,9 @@ class Fetcher:
         self.using = using
         self.min_batch = max(1, concurrency // 4)
         inflight.wake_when(capacity=concurrency, batch=self.min_batch)
-        # The same fetch every time: validated and its settings read once.
-        self.fetch = lifecycle.Fetch(
+        # The same fetch every time: validated and its settings read once. A worker in a
+        # pool gets the pool's (which chooses among the pool's queues).
+        self.fetch: lifecycle.Fetch | lifecycle.PoolFetch = fetch or lifecycle.Fetch(
             queues,
             worker_id=worker_id,
             fields=FETCH_FIELDS,
