@@ -381,3 +381,22 @@ def test_scheduling_stats_without_pools(api):
     assert body["queues"] == []
     assert body["strategy"] == "strict"
     assert body["stats"]["dispatch_count_1m"] == 0
+
+
+# ------------------------------------------------------------------ ojs_worker --pool
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pool", "missing"], "Worker pool 'missing' not found"),
+        (["--pool", "p", "--queues", "a"], "leave out --queues"),
+        (["--pool", "threads", "--execution", "processes"], "contradicts"),
+    ],
+)
+def test_ojs_worker_refuses_a_pool_it_cannot_join(args, message):
+    from django.core.management import CommandError, call_command
+
+    lifecycle.save_pool("p", ["a"])
+    with pytest.raises(CommandError, match=message):
+        call_command("ojs_worker", *args)
