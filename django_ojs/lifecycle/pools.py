@@ -345,6 +345,10 @@ def fetch_with_policy(
     """FETCH with the worker's own ``strategy`` and ``weights`` (§5.2: "workers MAY
     specify their queue preferences in the FETCH request"), for a worker in no pool."""
     using = db(using)
+    if in_maintenance(using=using):
+        return []
+    if worker_id and stopping(worker_id, using):
+        return []  # graceful shutdown §5.1, whichever queue would be asked first
     weights = tuple(sorted(rules.weights.items()))
     key = (using, worker_id or "", rules.queues, rules.strategy, weights, rules.starvation)
     with _known_lock:

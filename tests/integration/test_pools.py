@@ -232,6 +232,18 @@ def test_http_fetch_with_the_workers_own_weights(api):
     assert got == {"a": 2, "b": 6}
 
 
+def test_http_fetch_with_a_strategy_gives_a_quiet_worker_nothing(
+    api, django_capture_on_commit_callbacks
+):
+    fill("a", 2)
+    fill("b", 2)
+    lifecycle.register("h4")
+    with django_capture_on_commit_callbacks(execute=True):
+        lifecycle.set_directive("h4", "quiet")
+    body = {"queues": ["a", "b"], "strategy": "round-robin", "worker_id": "h4", "count": 4}
+    assert api.post("/workers/fetch", body).body["jobs"] == []
+
+
 def test_http_fetch_bad_pool_input_is_an_ojs_error(api):
     assert_ojs_error(api.post("/workers/fetch", {"pool": "missing"}), 404, "not_found")
     assert_ojs_error(api.post("/workers/fetch", {"pool": 7}), 400)
