@@ -412,3 +412,15 @@ def test_ojs_worker_refuses_a_pool_it_cannot_join(args, message):
     lifecycle.save_pool("p", ["a"])
     with pytest.raises(CommandError, match=message):
         call_command("ojs_worker", *args)
+
+
+def test_a_superusers_session_reads_pools_as_the_official_admin_ui_does(admin_user):
+    from tests.integration.api_support import OJSClient
+
+    lifecycle.save_pool("mail-workers", ["email"])
+    api = OJSClient()
+    api.client.force_login(admin_user)
+    response = api.get(P)
+    assert response.status_code == 200
+    assert [p["name"] for p in response.body["pools"]] == ["mail-workers"]
+    assert api.get("/admin/scheduling/stats").body["queues"][0]["name"] == "email"
