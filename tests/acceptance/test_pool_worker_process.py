@@ -49,3 +49,14 @@ def test_pool_changes_reach_a_running_worker(processes):
     lifecycle.save_pool("p", ["second"])  # read again by the worker within a second
     two = django_ojs.enqueue("test.noop", queue="second")
     wait_for(lambda: Job.objects.get(pk=two.pk).state == "completed", worker, timeout=120)
+
+
+def test_a_worker_whose_pool_is_deleted_waits_for_it(processes):
+    lifecycle.save_pool("p", ["first"])
+    worker = processes.worker("--pool", "p", "--concurrency", "1")
+    lifecycle.delete_pool("p")
+    wait_for(lambda: "Worker pool 'p' not found" in worker.output(), worker, timeout=60)
+    job = django_ojs.enqueue("test.noop", queue="again")
+    lifecycle.save_pool("p", ["again"])
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == "completed", worker, timeout=120)
+    assert worker.output().count("Worker pool 'p' not found") == 1
