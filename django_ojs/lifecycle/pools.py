@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Min
 from django.utils import timezone
 
@@ -104,10 +104,15 @@ def save_pool(
     with transaction.atomic(using=using):
         pools = WorkerPool.objects.using(using)
         pool = pools.select_for_update().filter(name=name).first()
-        created = pool is None
+        created = False
         if pool is None:
-            pool = pools.create(name=name, created_at=now, **fields)
-        else:
+            try:
+                with transaction.atomic(using=using):
+                    pool = pools.create(name=name, created_at=now, **fields)
+                created = True
+            except IntegrityError:  # created meanwhile by a concurrent save: replace it
+                pool = pools.select_for_update().get(name=name)
+        if not created:
             previous = (pool.strategy, pool.weights)
             for key, value in fields.items():
                 setattr(pool, key, value)

@@ -11,7 +11,7 @@ from django.db import connection
 
 import django_ojs
 from django_ojs import lifecycle
-from django_ojs.models import Job
+from django_ojs.models import Job, WorkerPool
 from tests.threads import run_threads
 
 
@@ -68,3 +68,16 @@ def test_a_pools_concurrency_limit_holds_across_concurrent_fetches():
     run_threads(threads, worker)
     assert sum(got) == 5
     assert Job.objects.filter(state="active").count() == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_saves_of_a_new_pool_create_it_once():
+    threads = 8 if connection.vendor == "postgresql" else 4
+    created = [None] * threads
+
+    def save(index):
+        _, created[index] = lifecycle.save_pool("same", [f"q{index}"])
+
+    run_threads(threads, save)
+    assert created.count(True) == 1
+    assert WorkerPool.objects.count() == 1
