@@ -213,8 +213,14 @@ class Scheduler:
         #: When each queue was last served, or last found without jobs.
         self.last_served = dict.fromkeys(rules.queues, start)
         self.empty_at: dict[str, float] = {}
-        #: Dispatches this scheduler made per queue (since it was made).
+        #: Dispatches this scheduler made per queue (since it was made), and in all.
         self.dispatched = dict.fromkeys(rules.queues, 0)
+        self.total = 0
+        #: ``total`` when each queue was last served or found without jobs.
+        self.mark: dict[str, int] = {}
+        #: Queues the last plans put first because they had no dispatch for a whole
+        #: rotation interval, with how long (seconds): :meth:`take_starved` empties it.
+        self.starved: dict[str, float] = {}
 
     # ------------------------------------------------------------------ planning
     def plan(self, count: int, backlog: Mapping[str, int] | None = None) -> list[tuple[str, int]]:
@@ -288,12 +294,23 @@ class Scheduler:
                     total += sum(counts.values())
                     mine += counts.get(queue, 0)
             need = math.ceil(ratio * (total + count) - 1e-9) - mine if ratio > 0 else 0
-            if now - self._seen(queue) >= interval:
+            # Waiting a whole interval while other queues were served (an idle pool,
+            # whose fetches find nothing or do not come, starves nobody).
+            if now - self._seen(queue) >= interval and self.total > self.mark.get(queue, 0):
                 need = max(need, 1)  # §8.1: served at least once per rotation interval
+                self.starved[queue] = now - self._seen(queue)
             if need > 0:
                 owed[queue] = min(need, budget)
                 budget -= owed[queue]
         return owed
+
+    def take_starved(self, served: Mapping[str, int]) -> dict[str, float]:
+        """The starved queues (§11.1 ``scheduling.queue_starved``) that the last plans
+        forced and that were served, with how long they had waited (seconds)."""
+        with self.lock:
+            found = {q: d for q, d in self.starved.items() if served.get(q)}
+            self.starved.clear()
+        return found
 
     def _seen(self, queue: str) -> float:
         """When ``queue`` was last served or found without jobs."""
@@ -322,10 +339,14 @@ class Scheduler:
                 for q, k in claimed.items():
                     if q in self.credit and q not in empty:
                         self.credit[q] -= k * total
+            self.total += n
             for q, k in claimed.items():
                 if k and q in self.dispatched:
                     self.dispatched[q] += k
                     self.last_served[q] = now
+                    self.mark[q] = self.total
+            for queue in empty:
+                self.mark[queue] = self.total
             if rules.starvation.enabled and n:
                 second = int(now)
                 if not self.buckets or self.buckets[-1][0] != second:

@@ -299,7 +299,20 @@ class PoolFetch:
         return limit - active.count()
 
     def _claim(self, scheduler: scheduling.Scheduler, count: int) -> list[Job]:
-        return claim_planned(scheduler, count, self.fetch_of, self.using)
+        jobs = claim_planned(scheduler, count, self.fetch_of, self.using)
+        if scheduler.starved:
+            served: dict[str, int] = {}
+            for job in jobs:
+                served[job.queue] = served.get(job.queue, 0) + 1
+            for queue, seconds in scheduler.take_starved(served).items():
+                # §11.1: a queue that got no dispatch for more than the rotation interval.
+                waiting = available_by_queue([queue], self.using).get(queue, 0)
+                events.emit_other(
+                    "scheduling.queue_starved", queue, self.using, queue=queue,
+                    pool=self.name, duration=scheduling.iso_seconds(round(seconds, 3)),
+                    available_count=waiting + served[queue],
+                )  # fmt: skip
+        return jobs
 
 
 def claim_planned(

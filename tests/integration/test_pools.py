@@ -424,3 +424,28 @@ def test_a_superusers_session_reads_pools_as_the_official_admin_ui_does(admin_us
     assert response.status_code == 200
     assert [p["name"] for p in response.body["pools"]] == ["mail-workers"]
     assert api.get("/admin/scheduling/stats").body["queues"][0]["name"] == "email"
+
+
+def test_a_starved_queue_is_reported_when_rotation_serves_it():
+    from django_ojs.lifecycle import pools as pool_state
+
+    fill("critical", 20)
+    fill("low", 5)
+    lifecycle.save_pool(
+        "general", ["critical", "low"], strategy="strict",
+        starvation={"enabled": True, "rotation_interval": "PT30S", "min_dispatch_ratio": 0},
+    )  # fmt: skip
+    fetch = lifecycle.PoolFetch("general")
+    _, scheduler = pool_state.scheduler_for("general", fetch.using)
+    now = [1000.0]
+    scheduler.clock = lambda: now[0]
+    scheduler.last_served = dict.fromkeys(scheduler.last_served, 1000.0)
+    assert claimed_queues(fetch(3)) == {"critical": 3}
+    assert not Event.objects.filter(type="scheduling.queue_starved").exists()
+    now[0] += 45
+    assert claimed_queues(fetch(3)) == {"low": 1, "critical": 2}
+    (event,) = Event.objects.filter(type="scheduling.queue_starved")
+    assert (event.subject, event.queue) == ("low", "low")
+    assert event.data["pool"] == "general"
+    assert event.data["duration"] == "PT45S"
+    assert event.data["available_count"] == 5

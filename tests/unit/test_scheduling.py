@@ -167,3 +167,18 @@ def test_starvation_wire_form():
     rules = scheduling.parse_starvation({"enabled": True, "rotation_interval": "PT1M"})
     assert rules.to_wire() == {"enabled": True, "rotation_interval": "PT60S",
                                "min_dispatch_ratio": 0.05}  # fmt: skip
+
+
+def test_a_queue_served_by_rotation_is_reported_starved_once():
+    clock = Clock()
+    rules = scheduling.policy(
+        ["critical", "low"], strategy="strict",
+        starvation={"enabled": True, "rotation_interval": "PT30S", "min_dispatch_ratio": 0},
+    )  # fmt: skip
+    s = scheduling.Scheduler(rules, clock=clock)
+    serve(s, 3)
+    assert s.take_starved({"critical": 3}) == {}
+    clock.now += 31
+    assert s.plan(2) == [("low", 1), ("critical", 1)]
+    assert s.take_starved({"low": 1, "critical": 1}) == {"low": 31}
+    assert s.take_starved({"low": 1}) == {}
