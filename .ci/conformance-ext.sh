@@ -34,7 +34,7 @@ mkdir -p "$LOG_DIR"
 # one bulk test is in admin-api.
 CONF_EXT_SUITES=${CONF_EXT_SUITES:-"admin-api:required dead-letter:required progress:required
 rate-limiting:required middleware:required observability:required graceful-shutdown:required
-webhooks:report-only bulk-operations:report-only"}
+fair-scheduling:required webhooks:report-only bulk-operations:report-only"}
 
 # Tests of required suites that are skipped, each judged in docs/explanation/spec-readings.md
 # ("Extension suites"). Two kinds: the suite and the spec disagree (the test cannot pass on a

@@ -137,6 +137,16 @@ class CronNotFound(NotFound):
         super().__init__(f"Cron job '{name}' not found.", details={"name": name})
 
 
+class PoolNotFound(NotFound):
+    """No worker pool has this name (fair scheduling §6)."""
+
+    def __init__(self, name: str):
+        super().__init__(
+            f"Worker pool '{name}' not found.",
+            details={"resource_type": "pool", "resource_id": name},
+        )
+
+
 class WebhookNotFound(NotFound):
     """No webhook subscription has this id."""
 

@@ -418,6 +418,11 @@ def validate_queues(value: Any, *, field: str = "queues", allow_empty: bool = Fa
     return [_queue_name(v, f"{field}[{i}]", field) for i, v in enumerate(value)]
 
 
+def validate_pool_name(value: Any, *, field: str = "pool") -> str:
+    """A worker pool's name (fair scheduling §6.1): the form of a queue name."""
+    return _queue_name(value, field, field)
+
+
 def validate_fetch_count(value: Any) -> int:
     """How many jobs one FETCH may claim: an integer from 1 to :data:`MAX_FETCH_COUNT`."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FETCH_COUNT:

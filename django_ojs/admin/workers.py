@@ -92,6 +92,7 @@ class WorkerAdmin(ReadOnlyAdmin[Worker]):
         "id",
         "hostname",
         "pid",
+        "pool",
         "queue_list",
         "concurrency",
         "reported_state",
@@ -100,10 +101,10 @@ class WorkerAdmin(ReadOnlyAdmin[Worker]):
         "heartbeat",
         "started",
     )
-    list_filter = ("state", "directive", StaleFilter)
-    search_fields = ("id", "hostname")
+    list_filter = ("state", "directive", "pool", StaleFilter)
+    search_fields = ("id", "hostname", "pool")
     actions = ("quiet_workers", "terminate_workers", "resume_workers")
-    fields = ("id", "hostname", "pid", "queue_list", "concurrency", "labels", "reported_state",
+    fields = ("id", "hostname", "pid", "pool", "queue_list", "concurrency", "labels", "reported_state",
               "requested", "active_jobs", "held_jobs", "heartbeat", "started_at")  # fmt: skip
     readonly_fields = fields
 

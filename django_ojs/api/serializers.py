@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django_ojs import envelope, validation
+from django_ojs import envelope, scheduling, validation
 from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import Heartbeat
 from django_ojs.models import Event, Job
@@ -57,20 +57,34 @@ def _duration(body: dict[str, Any], name: str) -> timedelta | None:
 
 
 def fetch_request(body: dict[str, Any]) -> dict[str, Any]:
-    """``{queues, count?, worker_id?, visibility_timeout_ms?}`` (HB §10.1) → fetch kwargs."""
+    """``{queues, count?, worker_id?, visibility_timeout_ms?}`` (HB §10.1) → fetch kwargs.
+
+    Fair scheduling adds ``pool`` (§6.2: the worker's pool; its queues and strategy are
+    the server's, §5.2, so ``queues`` may be left out) and ``strategy`` with ``weights``
+    (§5.2: the worker's own preferences, for a worker in no pool).
+    """
+    pool = body.get("pool")
     queues = body.get("queues")
     if queues is None and isinstance(body.get("queue"), str):
         queues = [body["queue"]]  # OpenAPI's single-queue form
-    if queues is None:
+    if queues is None and pool is None:
         raise ValidationError("queues is required (an array of queue names)", field="queues")
-    queues = validation.validate_queues(queues)
+    if queues is not None:
+        queues = validation.validate_queues(queues)
     count = validation.validate_fetch_count(body.get("count", 1))
-    return {
+    out: dict[str, Any] = {
         "queues": queues,
         "count": count,
         "worker_id": validation.validate_worker_id(body.get("worker_id")),
         "visibility_timeout": _duration(body, "visibility_timeout"),
     }
+    if pool is not None:
+        out["pool"] = validation.validate_pool_name(pool)
+    elif body.get("strategy") is not None or body.get("weights") is not None:
+        weights = body.get("weights")
+        strategy = body.get("strategy") or (scheduling.WEIGHTED if weights else None)
+        out["policy"] = scheduling.policy(queues, strategy=strategy, weights=weights)
+    return out
 
 
 def ack_request(body: dict[str, Any]) -> dict[str, Any]:
@@ -143,6 +157,8 @@ def heartbeat_request(body: dict[str, Any]) -> dict[str, Any]:
         out["queues"] = validation.validate_queues(body["queues"], allow_empty=True)
     if body.get("labels") is not None:
         out["labels"] = validation.validate_strings(body["labels"], "labels")
+    if body.get("pool") is not None:  # fair scheduling §6.2: the pool it belongs to
+        out["pool"] = validation.validate_pool_name(body["pool"])
     return out
 
 

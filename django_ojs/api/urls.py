@@ -12,6 +12,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 from django_ojs.api import views
 from django_ojs.api.views import admin as admin_views
 from django_ojs.api.views import admin_system
+from django_ojs.api.views import pools as pool_views
 from django_ojs.api.views.admin_ui import admin_ui
 
 # Django tries the routes in order, and a route that does not match costs a few µs: the
@@ -146,6 +147,13 @@ admin = [
         "dead-letter/<str:job_id>/retry",
         admin_views.DeadLetterRetryView.as_view(),
         name="admin-dead-letter-retry",
+    ),
+    path("pools", pool_views.PoolsView.as_view(), name="admin-pools"),
+    path("pools/<str:name>", pool_views.PoolView.as_view(), name="admin-pool"),
+    path(
+        "scheduling/stats",
+        pool_views.SchedulingStatsView.as_view(),
+        name="admin-scheduling-stats",
     ),
     path("system/config", admin_system.SystemConfigView.as_view(), name="admin-system-config"),
     path(

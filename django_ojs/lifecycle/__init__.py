@@ -42,6 +42,17 @@ from django_ojs.lifecycle.partitions import layout as partition_layout
 from django_ojs.lifecycle.partitions import maintain as maintain_partitions
 from django_ojs.lifecycle.partitions import partition as partition_tables
 from django_ojs.lifecycle.partitions import unpartition as unpartition_tables
+from django_ojs.lifecycle.pools import (
+    PoolFetch,
+    delete_pool,
+    fetch_with_policy,
+    get_pool,
+    pool_fetch,
+    pool_summaries,
+    save_pool,
+    scheduling_stats,
+)
+from django_ojs.lifecycle.pools import forget as forget_pools
 from django_ojs.lifecycle.progress import progress_of, report_progress
 from django_ojs.lifecycle.push import enqueue, enqueue_many, push, push_many
 from django_ojs.lifecycle.queues import (
@@ -114,6 +125,7 @@ __all__ = [
     "Fetch",
     "Heartbeat",
     "MaintenanceStatus",
+    "PoolFetch",
     "WorkflowSpec",
     "ack",
     "ack_many",
@@ -135,6 +147,7 @@ __all__ = [
     "database",
     "delete_cron",
     "delete_discarded",
+    "delete_pool",
     "delete_webhook",
     "deregister",
     "discard",
@@ -145,10 +158,13 @@ __all__ = [
     "fail",
     "fail_many",
     "fetch",
+    "fetch_with_policy",
     "fire_due_cron",
     "forget_maintenance",
+    "forget_pools",
     "forget_webhooks",
     "get_cron",
+    "get_pool",
     "get_webhook",
     "get_workflow",
     "idempotent",
@@ -163,6 +179,8 @@ __all__ = [
     "partition_layout",
     "partition_tables",
     "pause_queue",
+    "pool_fetch",
+    "pool_summaries",
     "progress_of",
     "promote_due",
     "prune",
@@ -190,6 +208,8 @@ __all__ = [
     "rotate_webhook_secret",
     "run_cron_now",
     "run_now",
+    "save_pool",
+    "scheduling_stats",
     "set_cron_enabled",
     "set_directive",
     "set_maintenance",

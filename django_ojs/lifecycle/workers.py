@@ -32,6 +32,7 @@ from django_ojs.validation import (
     duration_ms,
     validate_hostname,
     validate_non_negative,
+    validate_pool_name,
     validate_queues,
     validate_strings,
     validate_worker_id,
@@ -65,10 +66,14 @@ def register(
     concurrency: int | None = None,
     labels: Sequence[str] = (),
     started_at: datetime | None = None,
+    pool: str = "",
     using: str | None = None,
 ) -> Worker:
-    """Register (or re-register) a worker process (worker protocol §3.1)."""
+    """Register (or re-register) a worker process (worker protocol §3.1), as a member
+    of ``pool`` when given (fair scheduling §6.2: a worker declares its pool when it
+    registers, and belongs to one)."""
     using = db(using)
+    pool = validate_pool_name(pool) if pool else ""
     worker_id = validate_worker_id(worker_id, required=True)
     hostname = validate_hostname(hostname) or ""
     queues = validate_queues(queues, allow_empty=True)
@@ -85,6 +90,7 @@ def register(
                 "queues": list(queues),
                 "concurrency": concurrency,
                 "labels": list(labels),
+                "pool": pool,
                 "state": "running",
                 "started_at": started_at or now,
                 "last_heartbeat_at": now,
@@ -99,8 +105,23 @@ def register(
             pid=pid,
             queues=list(queues),
             concurrency=concurrency,
+            **({"pool": pool} if pool else {}),
         )
     return worker
+
+
+def join_pool(
+    worker_id: str, pool: str, queues: Sequence[str], *, using: str | None = None
+) -> None:
+    """Record that ``worker_id`` is a member of ``pool`` (an HTTP worker's fetch naming
+    its pool, fair scheduling §6.2): its row is created on first contact, as a fetch's."""
+    using = db(using)
+    _record_beat(
+        validate_worker_id(worker_id, required=True),
+        {"pool": validate_pool_name(pool), "queues": list(queues),
+         "last_heartbeat_at": timezone.now()},
+        using,
+    )  # fmt: skip
 
 
 def deregister(worker_id: str, *, using: str | None = None) -> None:
@@ -148,6 +169,7 @@ def beat(
     queues: Sequence[str] | None = None,
     concurrency: int | None = None,
     labels: Sequence[str] | None = None,
+    pool: str | None = None,
     as_of: datetime | None = None,
     using: str | None = None,
 ) -> Heartbeat:
@@ -175,6 +197,8 @@ def beat(
     if queues is not None:
         queues = validate_queues(queues, allow_empty=True)
     labels = validate_strings(labels, "labels")
+    if pool is not None:
+        pool = validate_pool_name(pool) if pool else ""
     ids = _job_ids(active_job_ids)
     requested = duration_ms(visibility_timeout, "visibility_timeout")
     now = timezone.now()
@@ -189,6 +213,7 @@ def beat(
         ("queues", list(queues) if queues is not None else None),
         ("concurrency", concurrency),
         ("labels", list(labels) if labels is not None else None),
+        ("pool", pool),
     ):
         if value is not None:
             info[name] = value

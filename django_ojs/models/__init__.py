@@ -19,6 +19,7 @@ from django_ojs.models.jobs import (
     unsaved_job,
     unsaved_jobs,
 )
+from django_ojs.models.pools import WorkerPool
 from django_ojs.models.system import (
     ApiKey,
     AuditEntry,
@@ -50,6 +51,7 @@ __all__ = [
     "WebhookCursor",
     "WebhookSubscription",
     "Worker",
+    "WorkerPool",
     "WorkerQuerySet",
     "Workflow",
     "loaded_jobs",

@@ -28,6 +28,8 @@ class Worker(models.Model):
     queues = models.JSONField(default=list, blank=True)
     concurrency = models.PositiveIntegerField(null=True, blank=True)
     labels = models.JSONField(default=list, blank=True)
+    #: The worker pool it joined (fair scheduling §6.2), or "".
+    pool = models.CharField(max_length=128, blank=True, default="", db_index=True)
     #: What the worker last reported: running, quiet or terminate.
     state = models.CharField(max_length=16, default="running")
     #: What the operator wants; delivered in the next heartbeat reply.

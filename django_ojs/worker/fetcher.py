@@ -20,6 +20,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_ojs import lifecycle, resilience
+from django_ojs.exceptions import PoolNotFound
 from django_ojs.policy import Durations, effective
 from django_ojs.registry import Registry
 from django_ojs.validation import MAX_FETCH_COUNT
@@ -73,6 +74,7 @@ class Fetcher:
         beat: Callable[[], None],
         progress: Callable[[Any, float, str | None, Any], None],
         using: str,
+        fetch: lifecycle.PoolFetch | None = None,
     ):
         self.worker_id = worker_id
         self.queues = queues
@@ -88,8 +90,9 @@ class Fetcher:
         self.using = using
         self.min_batch = max(1, concurrency // 4)
         inflight.wake_when(capacity=concurrency, batch=self.min_batch)
-        # The same fetch every time: validated and its settings read once.
-        self.fetch = lifecycle.Fetch(
+        # The same fetch every time: validated and its settings read once. A worker in a
+        # pool gets the pool's (which chooses among the pool's queues).
+        self.fetch: lifecycle.Fetch | lifecycle.PoolFetch = fetch or lifecycle.Fetch(
             queues,
             worker_id=worker_id,
             fields=FETCH_FIELDS,
@@ -100,6 +103,8 @@ class Fetcher:
         #: When the fetch in progress started (None between fetches): its claims are
         #: stamped with a later time, and are in ``inflight`` only once it is cleared.
         self.fetching_since: datetime | None = None
+        #: The worker pool it fetches for was found deleted (logged once).
+        self.pool_missing = False
 
     def received_before(self) -> datetime:
         """A time before which every job this worker's fetches claimed is in ``inflight``
@@ -126,6 +131,14 @@ class Fetcher:
             self.fetching_since = timezone.now()
             try:
                 jobs = self.fetch(count)
+            except PoolNotFound as exc:
+                # The worker's pool was deleted: wait for it to come back, saying so once.
+                self.fetching_since = None
+                if not self.pool_missing:
+                    logger.error("%s Waiting for it to be created again.", exc.message)
+                    self.pool_missing = True
+                self.wakeup.wait(self.poll_interval)
+                continue
             except Exception as exc:
                 # Its claims, if any committed, never reached us: heartbeats release them.
                 self.fetching_since = None
@@ -138,6 +151,7 @@ class Fetcher:
                     self.wakeup.wait(self.poll_interval)
                 continue
             self.outage.succeeded()
+            self.pool_missing = False
             try:
                 if jobs:
                     # The defaults the claim stored the jobs' deadlines from.

@@ -29,7 +29,7 @@ from django_ojs.registry import Registry, registry
 from django_ojs.worker import execution
 from django_ojs.worker.attempt import Attempt
 from django_ojs.worker.completion import Completer
-from django_ojs.worker.fetcher import QUIET, RUNNING, TERMINATE, Fetcher
+from django_ojs.worker.fetcher import FETCH_FIELDS, QUIET, RUNNING, TERMINATE, Fetcher
 from django_ojs.worker.inflight import InFlight
 from django_ojs.worker.messages import Outcome
 from django_ojs.worker.pool import ProcessPool, ThreadPool
@@ -65,6 +65,9 @@ class Worker:
         Handlers running at once (default ``OJS_WORKER_CONCURRENCY``).
     pool:
         ``"threads"`` or ``"processes"`` (default ``OJS_WORKER_POOL``).
+    worker_pool:
+        Join this worker pool (fair scheduling §6): fetch from its queues, in the order
+        and amounts its strategy chooses. Excludes ``queues``.
     shutdown_grace_period:
         Seconds to let running handlers finish after SIGTERM (``OJS_SHUTDOWN_GRACE_PERIOD``).
     run_reaper:
@@ -84,8 +87,12 @@ class Worker:
         worker_id: str | None = None,
         labels: Sequence[str] = (),
         handlers: Registry | None = None,
+        worker_pool: str | None = None,
         using: str | None = None,
     ):
+        self.worker_pool = worker_pool or ""
+        if self.worker_pool and queues:
+            raise ValueError("a worker in a pool fetches from the pool's queues: give no queues")
         self.queues = list(queues or settings.WORKER_QUEUES)
         self.concurrency = given(concurrency, settings.WORKER_CONCURRENCY)
         self.pool_kind = pool or settings.WORKER_POOL
@@ -101,6 +108,15 @@ class Worker:
         self.labels = list(labels)
         self.handlers = handlers or registry
         self.using = lifecycle.database(using)
+        pool_fetch = None
+        if self.worker_pool:
+            # The pool's queues (read again as it changes) and strategy (§5.2: the
+            # server's configuration over the worker's).
+            pool_fetch = lifecycle.PoolFetch(
+                self.worker_pool, worker_id=self.worker_id, fields=FETCH_FIELDS,
+                register=False, using=self.using,
+            )  # fmt: skip
+            self.queues = pool_fetch.queues
 
         self.state = RUNNING
         self._quiet_by_directive = False
@@ -147,6 +163,7 @@ class Worker:
             beat=self.supervisor.handler_beat,
             progress=self.supervisor.progress,
             using=self.using,
+            fetch=pool_fetch,
         )
 
     @property
@@ -269,6 +286,7 @@ class Worker:
             queues=self.queues,
             concurrency=self.concurrency,
             labels=self.labels,
+            pool=self.worker_pool,
             using=self.using,
         )
         self.supervisor.last_beat = time.monotonic()
@@ -277,8 +295,9 @@ class Worker:
         if self.run_reaper:
             self._spawn(self._reap, "ojs-reaper")
         logger.info(
-            "worker %s started: queues=%s concurrency=%d pool=%s handlers=%d",
+            "worker %s started: %squeues=%s concurrency=%d pool=%s handlers=%d",
             self.worker_id,
+            f"worker pool {self.worker_pool} " if self.worker_pool else "",
             ",".join(self.queues),
             self.concurrency,
             self.pool_kind,

@@ -64,8 +64,6 @@ ROUTES = (
 NOT_SERVED_YET: tuple[tuple[str, str, str], ...] = (
     # -- In the OJS specs, not served by django-ojs yet.
     ("GET", r"/ojs/v1/admin/tenants", "multi-tenancy (ojs-multi-tenancy.md): not built"),
-    ("GET", r"/ojs/v1/admin/pools", "worker pools (fair scheduling): not built"),
-    ("GET", r"/ojs/v1/admin/scheduling/stats", "worker pools (fair scheduling): not built"),
     ("GET", r"/ojs/v1/admin/schemas", "job schemas/versioning: not built"),
     ("GET", r"/ojs/v1/unique-jobs", "a listing of unique-job locks: not built"),
     ("GET", r"/ojs/v1/middleware", "a listing of the middleware chains: not built"),
@@ -172,7 +170,7 @@ class Traffic:
 
 def _seed() -> dict[str, object]:
     """Something on every page: queues with jobs in each state, a worker, a dead letter,
-    a cron entry, a workflow, events."""
+    a cron entry, a workflow, events, a worker pool."""
     WorkerFactory(id="worker-web-1", hostname="web-1", pid=4242, queues=["email", "reports"])
     for i in range(6):
         job = lifecycle.enqueue("email.send", [f"user{i}@example.com"], queue="email")
@@ -192,6 +190,8 @@ def _seed() -> dict[str, object]:
         django_ojs.job("order.ship", [1042], queue="orders"),
         name="order 1042",
     )
+    lifecycle.save_pool("mail-workers", ["email", "reports"], strategy="weighted",
+                        weights={"email": 3, "reports": 1})  # fmt: skip
     return {}
 
 
@@ -236,6 +236,10 @@ def test_the_official_admin_ui_against_django_ojs(browser, built_ui, live_server
         browser.execute_async_script(SETTLE)
         _screenshot(browser, route.replace("/", "-") or "dashboard")
         traffic.read(route or "/")
+
+    # The Pools page lists the pool from GET /ojs/v1/admin/pools (its "pools" key).
+    browser.get(base + "pools")
+    browser.find_element(By.XPATH, "//td[normalize-space()='mail-workers']")
 
     # The UI's own files and the shim came from /ojs/admin/, with the right types.
     assets = [r for r in traffic.responses if r[2].startswith("/ojs/admin/")]

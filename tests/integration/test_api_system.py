@@ -40,7 +40,8 @@ def test_manifest__union_of_the_binding_and_conformance_fields():
         "uri": "urn:ojs:ext:admin-api",
         "version": "1.0.0-rc.1",
     } in official
-    assert {e["name"] for e in official} >= {"cron", "dead-letter", "rate-limiting", "workflows"}
+    assert {e["name"] for e in official} >= {"cron", "dead-letter", "rate-limiting", "workflows",
+                                             "fair-scheduling"}  # fmt: skip
     assert all(e["uri"] == f"urn:ojs:ext:{e['name']}" and e["version"] for e in official)
     assert body["extensions"]["experimental"] == []
     assert body["endpoints"]["base_url"] == "http://testserver/ojs/v1"

@@ -177,6 +177,7 @@ PURE = (
     "django_ojs.ids",
     "django_ojs.exceptions",
     "django_ojs.failure",
+    "django_ojs.scheduling",
 )
 PURE_MAY_USE = (*PURE, "django_ojs.conf", "django_ojs.types")
 

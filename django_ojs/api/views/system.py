@@ -34,6 +34,7 @@ OFFICIAL_EXTENSIONS = (
     ("bulk-operations", "1.0.0-rc.1"),
     ("cron", "1.0.0-rc.1"),
     ("dead-letter", "1.0.0-rc.1"),
+    ("fair-scheduling", "1.0.0-rc.1"),
     ("middleware", "1.0.0-rc.1"),
     ("progress", "1.0.0-rc.1"),
     ("rate-limiting", "1.0.0-rc.1"),

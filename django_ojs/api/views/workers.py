@@ -32,9 +32,27 @@ class FetchView(WorkerView):
 
     def post(self, request: Any) -> Response:
         data = serializers.fetch_request(self.body(request))
-        for queue in data["queues"]:
+        pool = data.pop("pool", None)
+        policy = data.pop("policy", None)
+        if pool is not None:
+            # Fair scheduling §5.2: the pool's queues and strategy take precedence over
+            # the worker's own.
+            fetch = lifecycle.PoolFetch(
+                pool, worker_id=data["worker_id"], visibility_timeout=data["visibility_timeout"]
+            )
+            queues = fetch.queues
+        else:
+            queues = data["queues"]
+        for queue in queues:
             self.require_queue(request, queue, DEQUEUE)
-        jobs = lifecycle.fetch(**data)
+        if pool is not None:
+            jobs = fetch(data["count"])
+        elif policy is not None:
+            jobs = lifecycle.fetch_with_policy(
+                policy, **{k: v for k, v in data.items() if k != "queues"}
+            )
+        else:
+            jobs = lifecycle.fetch(**data)
         rendered = [serializers.job(j) for j in jobs]
         body: dict[str, Any] = {"jobs": rendered}
         if rendered:

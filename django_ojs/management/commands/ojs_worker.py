@@ -30,7 +30,9 @@ class Command(BaseCommand):
                             help=f"Comma-separated queues, most important first (default OJS_WORKER_QUEUES = {','.join(s.WORKER_QUEUES)}).")  # fmt: skip
         parser.add_argument("--concurrency", type=int, default=None,
                             help=f"Handlers running at once (default OJS_WORKER_CONCURRENCY = {s.WORKER_CONCURRENCY}).")  # fmt: skip
-        parser.add_argument("--pool", choices=worker.loop.POOLS, default=None,
+        parser.add_argument("--pool", default=None, metavar="NAME",
+                            help="Join the worker pool NAME and fetch from its queues as its strategy chooses (see the Django admin's worker pools). 'threads' and 'processes' keep their older meaning, that of --execution.")  # fmt: skip
+        parser.add_argument("--execution", choices=worker.loop.POOLS, default=None,
                             help=f"Run handlers in threads or child processes (default OJS_WORKER_POOL = {s.WORKER_POOL}).")  # fmt: skip
         parser.add_argument("--poll-interval", type=float, default=None,
                             help=f"Seconds between looks for work without a notification (default OJS_WORKER_POLL_INTERVAL = {s.WORKER_POLL_INTERVAL}).")  # fmt: skip
@@ -54,6 +56,24 @@ class Command(BaseCommand):
             raise CommandError("--concurrency must be at least 1")
         if options["queues"] == []:
             raise CommandError("--queues needs at least one queue name")
+        execution, worker_pool = options["execution"], options["pool"]
+        if worker_pool in worker.loop.POOLS:
+            # --pool threads|processes: the execution model, as before --execution.
+            if execution is not None and execution != worker_pool:
+                raise CommandError(f"--pool {worker_pool} contradicts --execution {execution}")
+            execution, worker_pool = worker_pool, None
+        if worker_pool is not None:
+            if options["queues"] is not None:
+                raise CommandError(
+                    f"--pool {worker_pool} fetches from the pool's queues: leave out --queues"
+                )
+            from django_ojs import lifecycle
+            from django_ojs.exceptions import OJSError
+
+            try:
+                lifecycle.get_pool(worker_pool, using=options["database"])
+            except OJSError as exc:
+                raise CommandError(f"--pool {worker_pool}: {exc}") from exc
         if options["metrics_port"] is not None:
             from django_ojs import metrics
 
@@ -68,7 +88,8 @@ class Command(BaseCommand):
         status = worker.run(
             queues=options["queues"],
             concurrency=options["concurrency"],
-            pool=options["pool"],
+            pool=execution,
+            worker_pool=worker_pool,
             poll_interval=options["poll_interval"],
             heartbeat_interval=options["heartbeat_interval"],
             shutdown_grace_period=options["shutdown_grace_period"],
