@@ -215,3 +215,17 @@ def test_a_lost_wake_up_is_logged_once(listen, monkeypatch, caplog):
     monkeypatch.undo()  # the outage ends with the next send that works
     wakes.wake(("lost-q",))
     assert listener.wait(10) is True
+
+
+def test_a_transaction_managed_by_hand_wakes_on_its_commit(listen):
+    listener = listen("manual-q")
+    transaction.set_autocommit(False)
+    try:
+        with pushes.alone():  # beside another push: still in its transaction, not after
+            django_ojs.enqueue("n.manual", queue="manual-q")
+        django_ojs.enqueue_many([{"type": "n.manual", "queue": "manual-q"}] * 2)
+        assert listener.wait(0.3) is False  # not before the commit
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+    assert listener.wait(10) is True

@@ -73,6 +73,7 @@ from django_ojs.drivers.postgresql.statements import (
     LOCK_KEYS_SQL,
     LOCK_NOT_AVAILABLE,
     LOOK_SQL,
+    NOTIFY_IN_TRANSACTION_SQL,
     PUSH_ONE_PARAMS,
     REGISTER_QUEUES_SQL,
     SEARCH_INDEXES,
@@ -430,7 +431,7 @@ class PostgreSQLDriver(OrmDriver):
                 event_data=json_text(event.data),  # JSON text: psycopg's C code sends it
             )
         connection = connections[self.using]
-        if available and not connection.in_atomic_block:
+        if available and not connection.in_atomic_block and connection.get_autocommit():
             # Its own transaction: it NOTIFYs on commit, unless another push of this
             # process is under way, whose commit it would queue behind (notifier.py).
             with pushes.alone() as alone:
@@ -506,7 +507,13 @@ class PostgreSQLDriver(OrmDriver):
         """Have the listeners of ``queues`` woken once the caller's transaction commits
         (now, outside one), by this process's notifier: never inside the transaction,
         where a ``NOTIFY`` makes every pushing commit wait for the one before it."""
-        transaction.on_commit(partial(notifier(self.using).wake, tuple(queues)), using=self.using)
+        connection = connections[self.using]
+        if connection.in_atomic_block or connection.get_autocommit():
+            wake = partial(notifier(self.using).wake, tuple(queues))
+            transaction.on_commit(wake, using=self.using)
+        else:  # a transaction managed by hand: Django cannot tell when it commits
+            with server_cursor(connection) as cursor:
+                cursor.execute(NOTIFY_IN_TRANSACTION_SQL, [sorted(queues)])
 
     def lock_keys(self, keys: Sequence[str]) -> None:
         if not keys:

@@ -288,6 +288,11 @@ ON CONFLICT (name) DO NOTHING
 # transaction only, so it cannot leak to another client through a pooler). A NOTIFY
 # holds a lock for the whole database from its commit's start to its end; a commit that
 # waits for no flush holds it for microseconds.
+# A wake-up sent in the caller's transaction, delivered by its commit: for transactions
+# managed by hand (autocommit off, no atomic block), whose commit Django cannot see.
+NOTIFY_IN_TRANSACTION_SQL = f"SELECT pg_notify('{CHANNEL}', name) FROM unnest(%s::text[]) AS name"
+
+
 NOTIFY_SQL = f"""
 WITH settings AS (SELECT set_config('synchronous_commit', 'off', true))
 SELECT pg_notify('{CHANNEL}', name) FROM settings, unnest(%s::text[]) AS name
