@@ -134,8 +134,8 @@ test-under-load: $(VENV)/.installed browser-deps ## Whole suite 3x on SQLite, th
 test-pg-restart: $(VENV)/.installed ## Workers across real PostgreSQL restarts, on a private cluster it starts (by hand; needs initdb/pg_ctl)
 	OJS_TEST_PG_RESTART=1 DATABASE_URL=$(PG_URL) $(PY) -m pytest -m pg_restart tests/acceptance/test_postgresql_restart.py $(PYTEST_ARGS)
 
-test-failover: $(VENV)/.installed ## Workers, reaper, cron across a primary stopped hard and its standby promoted, async and sync (by hand; needs initdb/pg_ctl/pg_basebackup)
-	OJS_TEST_FAILOVER=1 DATABASE_URL=$(PG_URL) $(PY) -m pytest -s -m failover tests/acceptance/test_failover.py $(PYTEST_ARGS)
+test-failover: $(VENV)/.installed ## Workers, reaper, cron across a primary stopped hard and its standby promoted (async/sync); pages on a lagging replica (by hand; needs initdb/pg_ctl/pg_basebackup)
+	OJS_TEST_FAILOVER=1 DATABASE_URL=$(PG_URL) $(PY) -m pytest -s -m failover tests/acceptance/test_failover.py tests/acceptance/test_replica_reads.py $(PYTEST_ARGS)
 
 test-pgbouncer: $(VENV)/.installed pgbouncer-deps ## 3 workers behind a private PgBouncer in transaction mode: 5,000 jobs, then a pooler restart mid-drain (PostgreSQL; part of test-postgres)
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest -s -m pgbouncer tests/acceptance/test_pgbouncer.py $(PYTEST_ARGS)
