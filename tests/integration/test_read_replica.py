@@ -262,3 +262,27 @@ def test_check_warns_when_the_read_alias_is_another_engine(settings):
 def test_no_check_message_for_a_mirror_alias(replica):
     ids = {message.id for message in run_checks(tags=["ojs"])}
     assert not ids & {"ojs.E014", "ojs.W006"}
+
+
+@pytest.mark.parametrize(
+    ("status", "line"),
+    [
+        (
+            lifecycle.ReplicaStatus("replica", configured=True, replica=True, lag=2.345),
+            "Read from database 'replica', a replica 2.3 s behind the primary.",
+        ),
+        (
+            lifecycle.ReplicaStatus("replica", configured=True, replica=True, lag=None),
+            "Read from database 'replica', a replica: how far behind the primary it is, is "
+            "not known yet.",
+        ),
+        (
+            lifecycle.ReplicaStatus("replica", True, False, None, error="connection refused"),
+            "Read from database 'replica': its replication status could not be read "
+            "(connection refused).",
+        ),
+        (lifecycle.ReplicaStatus("default", configured=False, replica=False, lag=0.0), ""),
+    ],
+)
+def test_what_a_page_says_about_its_replica(status, line):
+    assert status.describe() == line
