@@ -32,7 +32,7 @@ CONF_EXT_PORT ?= 18775
 PEERBENCH ?= ../shared/peerbench
 PEERS ?= ojs pgqueuer
 ROUNDS ?= 8
-.PHONY: help demo dist docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-pgbouncer test-django6 conformance conformance-ext browser-deps pgbouncer-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
+.PHONY: help demo dist docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-failover test-pgbouncer test-django6 conformance conformance-ext browser-deps pgbouncer-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -133,6 +133,9 @@ test-under-load: $(VENV)/.installed browser-deps ## Whole suite 3x on SQLite, th
 
 test-pg-restart: $(VENV)/.installed ## Workers across real PostgreSQL restarts, on a private cluster it starts (by hand; needs initdb/pg_ctl)
 	OJS_TEST_PG_RESTART=1 DATABASE_URL=$(PG_URL) $(PY) -m pytest -m pg_restart tests/acceptance/test_postgresql_restart.py $(PYTEST_ARGS)
+
+test-failover: $(VENV)/.installed ## Workers, reaper, cron across a primary stopped hard and its standby promoted (async/sync); pages on a lagging replica (by hand; needs initdb/pg_ctl/pg_basebackup)
+	OJS_TEST_FAILOVER=1 DATABASE_URL=$(PG_URL) $(PY) -m pytest -s -m failover tests/acceptance/test_failover.py tests/acceptance/test_replica_reads.py $(PYTEST_ARGS)
 
 test-pgbouncer: $(VENV)/.installed pgbouncer-deps ## 3 workers behind a private PgBouncer in transaction mode: 5,000 jobs, then a pooler restart mid-drain (PostgreSQL; part of test-postgres)
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest -s -m pgbouncer tests/acceptance/test_pgbouncer.py $(PYTEST_ARGS)

@@ -56,6 +56,7 @@ def check_database(
                 f"OJS_LISTEN_DATABASE names {listen!r}, which is not in DATABASES.", id="ojs.E013"
             )
         )
+    out.extend(_check_read_database(alias))
     try:
         driver = get_driver(alias)
     except UnsupportedDatabase as exc:
@@ -71,6 +72,29 @@ def check_database(
             )
         )
     return out
+
+
+def _check_read_database(jobs_alias: str) -> list[CheckMessage]:
+    """``OJS_READ_DATABASE``: an alias of DATABASES, on the job database's engine."""
+    read = settings.READ_DATABASE
+    if read is None or read == jobs_alias:
+        return []
+    if read not in django_settings.DATABASES:
+        return [
+            Error(f"OJS_READ_DATABASE names {read!r}, which is not in DATABASES.", id="ojs.E014")
+        ]
+    engine = django_settings.DATABASES[read].get("ENGINE")
+    jobs_engine = django_settings.DATABASES[jobs_alias].get("ENGINE")
+    if engine != jobs_engine:
+        return [
+            Warning(
+                f"OJS_READ_DATABASE names {read!r}, whose ENGINE ({engine}) is not the job "
+                f"database's ({jobs_engine}): a replica of the job database holds the same "
+                "tables on the same engine.",
+                id="ojs.W006",
+            )
+        ]
+    return []
 
 
 @register(TAG)

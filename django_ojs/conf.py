@@ -183,6 +183,14 @@ class Settings:
         return None if value is None else str(value)
 
     @property
+    def READ_DATABASE(self) -> str | None:
+        """Database alias the read-only pages read from (``OJS_READ_DATABASE``): a replica
+        of the job database for the admin's lists and views, the dashboard, the metrics
+        gauges and the admin API's lists. None: the job database itself."""
+        value = self._get("OJS_READ_DATABASE", None)
+        return None if value is None else str(value)
+
+    @property
     def VISIBILITY_TIMEOUT(self) -> float:
         """Seconds a fetched job stays reserved without a heartbeat."""
         return float(self._get("OJS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT))

@@ -61,9 +61,21 @@ class StoreCollector(Collector):
         self.using = using
 
     def collect(self) -> Iterator[Any]:
+        from django_ojs import lifecycle
         from django_ojs.models import Job, Queue, Worker
 
-        using = self.using or settings.DATABASE
+        # Gauges are for looking at: from the replica when there is one (OJS_READ_DATABASE).
+        using = self.using or lifecycle.read_database()
+        if self.using is None and settings.READ_DATABASE:
+            status = lifecycle.replica_status()
+            lag = GaugeMetricFamily(
+                "ojs_read_database_lag_seconds",
+                "How far the database these gauges are read from (OJS_READ_DATABASE) is "
+                "behind the primary (0: up to date or not a replica; NaN: unknown).",
+                labels=["database"],
+            )
+            lag.add_metric([status.alias], float("nan") if status.lag is None else status.lag)
+            yield lag
         jobs = GaugeMetricFamily(
             "ojs_jobs", "Jobs in the store by queue and state (unfinished states).",
             labels=["queue", "state"],

@@ -221,16 +221,30 @@ def chaos_record(ctx: JobContext, duration_ms: int = 0) -> dict[str, int]:
 
 
 @django_ojs.handler("chaos.mark")
-def chaos_mark(ctx: JobContext, path: str) -> None:
-    """Append this start (job id, attempt, process id) to the file ``path``.
+def chaos_mark(ctx: JobContext, path: str, duration_ms: int = 0) -> None:
+    """Append this start (job id, attempt, process id) to the file ``path``, then sleep
+    ``duration_ms``.
 
     Outside the database, so a start is recorded whatever happens to the connections (the
-    PgBouncer test restarts the pooler under it). One short ``O_APPEND`` write per start:
-    lines from several processes never interleave.
+    PgBouncer test restarts the pooler under it, the failover test loses a server). One
+    short ``O_APPEND`` write per start: lines from several processes never interleave.
     """
-    line = f"{ctx.job_id} {ctx.attempt} {os.getpid()}\n".encode()
+    _append(path, f"{ctx.job_id} {ctx.attempt} {os.getpid()}\n")
+    if duration_ms:
+        time.sleep(duration_ms / 1000)
+
+
+@django_ojs.handler("chaos.cron_mark")
+def chaos_cron_mark(ctx: JobContext, path: str) -> None:
+    """Like ``chaos.mark``, with the cron slot first: ``slot job_id attempt pid`` (the
+    failover test counts slots that ran twice)."""
+    slot = ctx.meta.get("cron_scheduled_at", "-")
+    _append(path, f"{slot} {ctx.job_id} {ctx.attempt} {os.getpid()}\n")
+
+
+def _append(path: str, line: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
+        os.write(fd, line.encode())
     finally:
         os.close(fd)

@@ -72,3 +72,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         "init_command": "PRAGMA journal_mode=WAL;",
     }
     DATABASES["default"]["TEST"] = {"NAME": str(name.with_name(f"test_{name.name}"))}
+
+# A second alias on the same test database (Django's test mirror), for the tests of
+# OJS_READ_DATABASE: they see which alias each page reads from. Unused otherwise.
+DATABASES["replica"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}

@@ -27,7 +27,7 @@ from django.utils import timezone
 from django_ojs import lifecycle
 from django_ojs import queues as queue_ops
 from django_ojs.admin import charts, display
-from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
+from django_ojs.admin.base import ReadOnlyAdmin, admin_actor, read_alias, replica_context
 from django_ojs.admin.workers import stale_before
 from django_ojs.conf import settings
 from django_ojs.exceptions import OJSError
@@ -50,10 +50,11 @@ def window(now: datetime) -> list[datetime]:
     return [current - timedelta(minutes=WINDOW_MINUTES - 1 - i) for i in range(WINDOW_MINUTES)]
 
 
-def per_minute(minutes: list[datetime]) -> dict[str, list[int]]:
+def per_minute(minutes: list[datetime], using: str | None = None) -> dict[str, list[int]]:
     """Completed, failed and retried per minute, counted from stored events."""
     rows = (
-        Event.objects.filter(time__gte=minutes[0], type__in=list(SERIES_EVENTS))
+        Event.objects.using(using)
+        .filter(time__gte=minutes[0], type__in=list(SERIES_EVENTS))
         .annotate(minute=TruncMinute("time", tzinfo=UTC))
         .values("minute", "type")
         .annotate(n=Count("seq"))
@@ -68,7 +69,7 @@ def per_minute(minutes: list[datetime]) -> dict[str, list[int]]:
     return out
 
 
-def per_minute_from_jobs(minutes: list[datetime]) -> dict[str, list[int]]:
+def per_minute_from_jobs(minutes: list[datetime], using: str | None = None) -> dict[str, list[int]]:
     """Without events: completions and final failures from the jobs' own timestamps."""
     out = {name: [0] * len(minutes) for name in SERIES}
     index = {m: i for i, m in enumerate(minutes)}
@@ -77,7 +78,8 @@ def per_minute_from_jobs(minutes: list[datetime]) -> dict[str, list[int]]:
         ("failed", JobState.DISCARDED, "discarded_at"),
     ):
         rows = (
-            Job.objects.filter(state=state, **{f"{field}__gte": minutes[0]})
+            Job.objects.using(using)
+            .filter(state=state, **{f"{field}__gte": minutes[0]})
             .annotate(minute=TruncMinute(field, tzinfo=UTC))
             .values("minute")
             .annotate(n=Count("*"))
@@ -90,12 +92,15 @@ def per_minute_from_jobs(minutes: list[datetime]) -> dict[str, list[int]]:
     return out
 
 
-def throughput_by_queue(since: datetime, *, from_events: bool) -> list[tuple[str, dict[str, int]]]:
+def throughput_by_queue(
+    since: datetime, *, from_events: bool, using: str | None = None
+) -> list[tuple[str, dict[str, int]]]:
     """Jobs completed and failed per queue since ``since``, busiest first."""
     totals: dict[str, dict[str, int]] = {}
     if from_events:
         rows = (
-            Event.objects.filter(time__gte=since, type__in=["job.completed", "job.failed"])
+            Event.objects.using(using)
+            .filter(time__gte=since, type__in=["job.completed", "job.failed"])
             .values("queue", "type")
             .annotate(n=Count("seq"))
             .order_by()
@@ -109,7 +114,8 @@ def throughput_by_queue(since: datetime, *, from_events: bool) -> list[tuple[str
             ("failed", JobState.DISCARDED, "discarded_at"),
         ):
             job_rows = (
-                Job.objects.filter(state=state, **{f"{field}__gte": since})
+                Job.objects.using(using)
+                .filter(state=state, **{f"{field}__gte": since})
                 .values("queue")
                 .annotate(n=Count("*"))
                 .order_by()
@@ -137,7 +143,7 @@ class Timings:
     sampled: bool  # True when more jobs completed than :data:`TIMING_SAMPLE`
 
 
-def timings(since: datetime) -> Timings:
+def timings(since: datetime, using: str | None = None) -> Timings:
     """Percentiles over the jobs completed since ``since``, in milliseconds, busiest first.
 
     Reads at most the newest ``TIMING_SAMPLE`` of them through the index of completed jobs
@@ -145,7 +151,8 @@ def timings(since: datetime) -> Timings:
     sampled.
     """
     rows = list(
-        Job.objects.filter(state=JobState.COMPLETED, completed_at__gte=since)
+        Job.objects.using(using)
+        .filter(state=JobState.COMPLETED, completed_at__gte=since)
         .order_by("-completed_at")
         .values_list("queue", "enqueued_at", "started_at", "completed_at")[: TIMING_SAMPLE + 1]
     )
@@ -191,18 +198,20 @@ class Card:
     hint: str = ""
 
 
-def attention(now: datetime, infos: Sequence[queue_ops.QueueInfo]) -> list[Card]:
+def attention(
+    now: datetime, infos: Sequence[queue_ops.QueueInfo], using: str | None = None
+) -> list[Card]:
     """The numbers an operator checks first: backlog, failures, stuck jobs, dead workers.
 
     ``infos`` are the queues with their counts by state (one grouped count for the page).
     """
     by_state = {s.value: sum(info.counts.get(s.value, 0) for info in infos) for s in JobState}
     jobs = reverse("admin:ojs_job_changelist")
-    oldest = Job.objects.available().aggregate(t=Min("enqueued_at"))["t"]
+    oldest = Job.objects.using(using).available().aggregate(t=Min("enqueued_at"))["t"]
     wait = display.seconds_ago(oldest, now)
-    expired = Job.objects.expired(now).count()
-    stale = Worker.objects.stale(stale_before(now)).count()
-    workers = Worker.objects.count()
+    expired = Job.objects.using(using).expired(now).count()
+    stale = Worker.objects.using(using).stale(stale_before(now)).count()
+    workers = Worker.objects.using(using).count()
     paused = sum(1 for q in infos if q.paused)
     return [
         Card("available", by_state.get("available", 0), f"{jobs}?state__exact=available"),
@@ -245,18 +254,19 @@ def state_table(infos: Sequence[queue_ops.QueueInfo]) -> dict[str, Any]:
     return {"states": states, "rows": rows, "totals": totals, "total": sum(totals)}
 
 
-def context(now: datetime | None = None) -> dict[str, Any]:
+def context(now: datetime | None = None, using: str | None = None) -> dict[str, Any]:
+    """The dashboard's figures, read from ``using`` (the replica on a GET, when there is one)."""
     now = now or timezone.now()
     minutes = window(now)
     from_events = settings.STORE_EVENTS
-    series = per_minute(minutes) if from_events else per_minute_from_jobs(minutes)
+    series = per_minute(minutes, using) if from_events else per_minute_from_jobs(minutes, using)
     labels = [timezone.localtime(m).strftime("%H:%M") for m in minutes]
-    throughput = throughput_by_queue(minutes[0], from_events=from_events)
-    timing = timings(minutes[0])
-    infos = queue_ops.list_queues(with_counts=True)
+    throughput = throughput_by_queue(minutes[0], from_events=from_events, using=using)
+    timing = timings(minutes[0], using)
+    infos = queue_ops.list_queues(with_counts=True, using=using)
     return {
         "now": now,
-        "cards": attention(now, infos),
+        "cards": attention(now, infos, using),
         "table": state_table(infos),
         "from_events": from_events,
         "minutes": labels,
@@ -338,7 +348,8 @@ class DashboardAdmin(ReadOnlyAdmin[Dashboard]):
             "refresh_seconds": settings.ADMIN_REFRESH_SECONDS,
             "maintenance": lifecycle.maintenance_status(),
             "can_switch_maintenance": request.user.has_perm("ojs.switch_maintenance"),
-            **context(),
+            **context(using=read_alias(request)),
+            **replica_context(request),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name

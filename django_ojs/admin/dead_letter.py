@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
 from django_ojs.admin import display
+from django_ojs.admin.base import read_alias
 from django_ojs.admin.jobs import JobAdmin, QueueFilter, TypeFilter
 from django_ojs.models import DeadLetterJob, Job
 
@@ -25,9 +26,11 @@ class ErrorTypeFilter(admin.SimpleListFilter):
         self, request: HttpRequest, model_admin: admin.ModelAdmin[Job]
     ) -> list[tuple[str, str]]:
         # The error types of the newest 10,000 dead letters: not a DISTINCT over them all.
-        recent = DeadLetterJob.objects.order_by("-discarded_at").values_list(
-            "error__type", flat=True
-        )[:10_000]
+        recent = (
+            DeadLetterJob.objects.using(read_alias(request))
+            .order_by("-discarded_at")
+            .values_list("error__type", flat=True)[:10_000]
+        )
         return [(str(t), str(t)) for t in sorted({t for t in recent if t})]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:

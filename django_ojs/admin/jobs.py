@@ -29,7 +29,7 @@ from django_ojs import jobquery, lifecycle, states
 from django_ojs import queues as queue_ops
 from django_ojs.actors import Actor
 from django_ojs.admin import bulk, display
-from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
+from django_ojs.admin.base import ReadOnlyAdmin, admin_actor, read_alias
 from django_ojs.admin.paginator import EstimatedCountPaginator
 from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound, OJSError
@@ -187,7 +187,7 @@ class QueueFilter(admin.SimpleListFilter):
     def lookups(
         self, request: HttpRequest, model_admin: admin.ModelAdmin[Job]
     ) -> list[tuple[str, str]]:
-        return [(q.name, q.name) for q in queue_ops.list_queues()]
+        return [(q.name, q.name) for q in queue_ops.list_queues(using=read_alias(request))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         return queryset.filter(queue=self.value()) if self.value() else queryset
@@ -202,7 +202,7 @@ class TypeFilter(admin.SimpleListFilter):
     def lookups(
         self, request: HttpRequest, model_admin: admin.ModelAdmin[Job]
     ) -> list[tuple[str, str]]:
-        return [(t, t) for t in jobquery.distinct_types(Job.objects.all())]
+        return [(t, t) for t in jobquery.distinct_types(Job.objects.using(read_alias(request)))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         return queryset.filter(type=self.value()) if self.value() else queryset
@@ -242,6 +242,8 @@ SEARCH_SPLIT = re.compile(rf"\s+(?=(?:{'|'.join(SEARCH_KEYS)}):)")
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin[Job]):
     """Every job: filter, search, inspect, and act through the lifecycle."""
+
+    reads_from_replica = True
 
     list_display: tuple[str, ...] = (
         "id",
@@ -409,7 +411,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
 
     @admin.display(description="timeline")
     def events_timeline(self, obj: Job) -> SafeString:
-        rows = Event.objects.filter(job_id=obj.pk)
+        rows = Event.objects.using(obj._state.db).filter(job_id=obj.pk)  # where obj was read
         heartbeats = rows.filter(type="job.heartbeat")
         listed = list(rows.exclude(type="job.heartbeat").order_by("-seq")[:TIMELINE_LIMIT])
         return render_to_string(
@@ -428,7 +430,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
     def worker_link(self, obj: Job) -> SafeString | str:
         if not obj.worker_id:
             return "—"
-        if Worker.objects.filter(pk=obj.worker_id).exists():
+        if Worker.objects.using(obj._state.db).filter(pk=obj.worker_id).exists():
             try:
                 url = reverse("admin:ojs_worker_change", args=[quote(obj.worker_id)])
             except NoReverseMatch:

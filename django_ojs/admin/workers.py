@@ -108,6 +108,8 @@ class WorkerAdmin(ReadOnlyAdmin[Worker]):
               "requested", "active_jobs", "held_jobs", "heartbeat", "started_at")  # fmt: skip
     readonly_fields = fields
 
+    reads_from_replica = True
+
     def has_direct_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("ojs.direct_worker")
 
@@ -153,9 +155,11 @@ class WorkerAdmin(ReadOnlyAdmin[Worker]):
 
     @admin.display(description="held jobs")
     def held_jobs(self, obj: Worker) -> SafeString | str:
-        jobs = Job.objects.filter(state=JobState.ACTIVE, worker_id=obj.id).values_list(
-            "pk", "type"
-        )[:100]
+        jobs = (
+            Job.objects.using(obj._state.db)
+            .filter(state=JobState.ACTIVE, worker_id=obj.id)
+            .values_list("pk", "type")[:100]
+        )
         if not jobs:
             return "—"
         return format_html_join(

@@ -491,6 +491,12 @@ class Driver(ABC):
             self._converters = found
         return found
 
+    def replica_lag(self) -> tuple[bool, float | None]:
+        """Whether this database is a replica (a standby replaying another server's
+        changes), and how many seconds behind it is (0 when it replayed all it received;
+        None when unknown). SQLite: never a replica."""
+        return False, None
+
     def check_configuration(self) -> list[CheckMessage]:
         """Django system check messages about this database's settings (none here)."""
         return []

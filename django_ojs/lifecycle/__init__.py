@@ -67,6 +67,7 @@ from django_ojs.lifecycle.ratelimits import clear_override as clear_rate_limit_o
 from django_ojs.lifecycle.ratelimits import keys as rate_limit_keys
 from django_ojs.lifecycle.ratelimits import override as override_rate_limit
 from django_ojs.lifecycle.ratelimits import status as rate_limit_status
+from django_ojs.lifecycle.reads import ReplicaStatus, read_database, replica_status
 from django_ojs.lifecycle.results import MAX_IDS as RESULTS_MAX_IDS
 from django_ojs.lifecycle.results import outcome as result_outcome
 from django_ojs.lifecycle.results import prune_results, results, wait
@@ -126,6 +127,7 @@ __all__ = [
     "Heartbeat",
     "MaintenanceStatus",
     "PoolFetch",
+    "ReplicaStatus",
     "WorkflowSpec",
     "ack",
     "ack_many",
@@ -193,11 +195,13 @@ __all__ = [
     "queue_retention",
     "rate_limit_keys",
     "rate_limit_status",
+    "read_database",
     "record_webhook_delivery",
     "recover_dead_workers",
     "refresh_statistics",
     "register",
     "register_cron",
+    "replica_status",
     "report_progress",
     "rescue_expired",
     "result_outcome",

@@ -13,12 +13,9 @@ every job must complete. The shared server the rest of the suite uses is not tou
 from __future__ import annotations
 
 import contextlib
-import glob
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +26,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.acceptance.conftest import FAST_TIMERS, ROOT, Process, wait_for
+from tests.acceptance.clusters import Cluster, ToolFailed, environment, migrate
+from tests.acceptance.conftest import ROOT, Process, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -41,89 +39,20 @@ pytestmark = [
 ]
 
 
-class Cluster:
-    """A private PostgreSQL cluster: ``initdb`` + ``pg_ctl`` on a free port."""
-
-    def __init__(self, root: Path):
-        binaries = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-        found = shutil.which("pg_ctl") or (binaries[-1] if binaries else None)
-        if found is None:
-            pytest.skip("no PostgreSQL server binaries (pg_ctl) found")
-        self.bin = Path(found).parent
-        self.root = root
-        self.data = root / "data"
-        self.port = free_port()
-        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        self.url = f"postgres://postgres@127.0.0.1:{self.port}/ojs_restart"
-
-    def run(self, tool: str, *args: str) -> None:
-        subprocess.run(
-            [*self.as_user, str(self.bin / tool), *args],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-            timeout=120,
-        )
-
-    def init(self) -> None:
-        if self.as_user:
-            shutil.chown(self.root, "postgres")
-        self.run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        log = str(self.root / "server.log")
-        self.run("pg_ctl", "-D", str(self.data), "-o", options, "-l", log, "-w", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self.run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def query(self, sql: str, dbname: str = "ojs_restart") -> Any:
-        with psycopg.connect(
-            host="127.0.0.1", port=self.port, user="postgres", dbname=dbname, autocommit=True
-        ) as conn:
-            cursor = conn.execute(sql)
-            return cursor.fetchone() if cursor.description else None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
     root = Path(tempfile.mkdtemp(prefix="ojs-pg-restart-"))
-    cluster = Cluster(root)
+    cluster = Cluster(root, "ojs_restart")
     cluster.init()
     cluster.start()
     try:
         cluster.query("CREATE DATABASE ojs_restart", dbname="postgres")
-        subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput", "-v", "0"],
-            cwd=ROOT,
-            env=environment(cluster.url),
-            check=True,
-            timeout=300,
-        )
+        migrate(cluster.url)
         yield cluster
     finally:
-        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+        with contextlib.suppress(ToolFailed):  # already stopped
             cluster.stop("immediate")
         shutil.rmtree(root, ignore_errors=True)
-
-
-def environment(url: str, **timers: Any) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.acceptance.settings",
-        "DATABASE_URL": url,
-        "OJS_LOG_LEVEL": "INFO",
-        "PYTHONUNBUFFERED": "1",
-    }
-    env.update({name: json.dumps(value) for name, value in {**FAST_TIMERS, **timers}.items()})
-    return env
 
 
 def wait(predicate: Callable[[], Any], workers: list[Process], timeout: float = 120) -> None:

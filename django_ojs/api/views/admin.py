@@ -53,10 +53,22 @@ class AdminView(OJSView):
     # Purges are DELETEs with a JSON body ({"confirm": true, ...}, admin API §6.5, §11.3).
     body_methods = ("POST", "PUT", "PATCH", "DELETE")
 
+    #: Whether GET reads from the replica (``OJS_READ_DATABASE``): the list endpoints.
+    #: Everything else (one job, a worker, a queue's detail, any change) reads the job
+    #: database, where the next action on it will be decided.
+    reads_from_replica = False
+
+    def reading(self, request: Any) -> str:
+        """The alias this request reads from."""
+        if self.reads_from_replica and request.method in ("GET", "HEAD"):
+            return lifecycle.read_database()
+        return settings.DATABASE
+
     def jobs(self, request: Any) -> Any:
         """The jobs the caller may see: all of them, or those of its key's queues."""
         allowed = self.queue_filter(request)
-        return _jobs() if allowed is None else _jobs().filter(allowed)
+        jobs = _jobs(self.reading(request))
+        return jobs if allowed is None else jobs.filter(allowed)
 
     def require_every_queue(self, request: Any) -> None:
         """403 for a key limited to some queues: this endpoint spans every queue."""
@@ -69,8 +81,8 @@ class AdminView(OJSView):
             )
 
 
-def _jobs() -> Any:
-    return Job.objects.using(settings.DATABASE)
+def _jobs(using: str | None = None) -> Any:
+    return Job.objects.using(using or settings.DATABASE)
 
 
 def _page(params: Any) -> tuple[int, int]:
@@ -145,9 +157,9 @@ def _detail(job: Job) -> dict[str, Any]:
     return wire
 
 
-def _throughput(queue: str | None = None) -> dict[str, float]:
+def _throughput(queue: str | None = None, using: str | None = None) -> dict[str, float]:
     since = timezone.now() - timedelta(minutes=5)
-    events = Event.objects.using(settings.DATABASE).filter(
+    events = Event.objects.using(using or settings.DATABASE).filter(
         time__gte=since, type__in=["job.completed", "job.failed", "job.discarded"]
     )
     if queue:
@@ -159,7 +171,9 @@ def _throughput(queue: str | None = None) -> dict[str, float]:
     }
 
 
-def _queue(info: queues.QueueInfo, *, detail: bool = False) -> dict[str, Any]:
+def _queue(
+    info: queues.QueueInfo, *, detail: bool = False, using: str | None = None
+) -> dict[str, Any]:
     out = serializers.queue(info)
     out.update(
         {
@@ -168,7 +182,7 @@ def _queue(info: queues.QueueInfo, *, detail: bool = False) -> dict[str, Any]:
             "counts": dict(info.counts),
             "paused": info.paused,
             "created_at": envelope.format_timestamp(info.created_at),
-            "throughput": _throughput(info.name),
+            "throughput": _throughput(info.name, using),
         }
     )
     if detail:
@@ -188,17 +202,20 @@ def _queue(info: queues.QueueInfo, *, detail: bool = False) -> dict[str, Any]:
 class StatsView(AdminView):
     """``GET /admin/stats`` (§10.1)."""
 
+    reads_from_replica = True
+
     def get(self, request: Any) -> Response:
         self.require_every_queue(request)
+        using = self.reading(request)
         counts = {s.value: 0 for s in JobState}
-        for state, n in _jobs().values_list("state").annotate(n=Count("id")).order_by():
+        for state, n in _jobs(using).values_list("state").annotate(n=Count("id")).order_by():
             counts[state] = n
         return Response(
             {
-                "queues": len(queues.list_queues()),
-                "workers": Worker.objects.using(settings.DATABASE).count(),
+                "queues": len(queues.list_queues(using=using)),
+                "workers": Worker.objects.using(using).count(),
                 "jobs": counts,
-                "throughput": _throughput(),
+                "throughput": _throughput(using=using),
                 "uptime_seconds": round(time.monotonic() - _STARTED),
             }
         )
@@ -206,6 +223,8 @@ class StatsView(AdminView):
 
 class StatsHistoryView(AdminView):
     """``GET /admin/stats/history?period=5m&since=&until=&queue=`` (§10.2), from events."""
+
+    reads_from_replica = True
 
     def get(self, request: Any) -> Response:
         params = request.query_params
@@ -226,7 +245,7 @@ class StatsHistoryView(AdminView):
             raise InvalidRequest(
                 "The range holds more than 2000 periods", details={"field": "since"}
             )
-        events = Event.objects.using(settings.DATABASE).filter(
+        events = Event.objects.using(self.reading(request)).filter(
             time__gte=since, time__lt=until,
             type__in=["job.enqueued", "job.completed", "job.failed", "job.discarded"],
         )  # fmt: skip
@@ -260,11 +279,15 @@ class StatsHistoryView(AdminView):
 class QueuesView(AdminView):
     """``GET /admin/queues`` (§6.1)."""
 
+    reads_from_replica = True
+
     def get(self, request: Any) -> Response:
         who = self.principal(request)
-        every = [i for i in queues.list_queues(with_counts=True) if who.may_use(i.name)]
+        using = self.reading(request)
+        listed = queues.list_queues(with_counts=True, using=using)
+        every = [i for i in listed if who.may_use(i.name)]
         items, page = _paginate(every, request.query_params)
-        return Response({"items": [_queue(i) for i in items], "pagination": page})
+        return Response({"items": [_queue(i, using=using) for i in items], "pagination": page})
 
 
 class QueueView(AdminView):
@@ -342,6 +365,8 @@ class QueueJobsView(AdminView):
 
 class JobsView(AdminView):
     """``GET /admin/jobs`` with the filters of ``jobquery`` (§7.1)."""
+
+    reads_from_replica = True
 
     def get(self, request: Any) -> Response:
         params = request.query_params
@@ -439,10 +464,12 @@ def _stale_before() -> Any:
 class WorkersView(AdminView):
     """``GET /admin/workers`` (§9.1)."""
 
+    reads_from_replica = True
+
     def get(self, request: Any) -> Response:
         self.require_every_queue(request)
         stale = _stale_before()
-        workers = Worker.objects.using(settings.DATABASE).order_by("id")
+        workers = Worker.objects.using(self.reading(request)).order_by("id")
         items, page = _paginate(workers, request.query_params)
         every = [_worker(w, stale_before=stale) for w in workers]
         summary = Counter(w["state"] for w in every)
@@ -502,6 +529,8 @@ class WorkerQuietView(AdminView):
 class DeadLetterView(AdminView):
     """``GET /admin/dead-letter`` (§11.1) and ``DELETE`` ``{older_than?, confirm}`` (§11.3)."""
 
+    reads_from_replica = True  # the GET list; the DELETE reads the job database
+
     def get(self, request: Any) -> Response:
         params = request.query_params
         jobs = jobquery.JobFilter.parse(params, extra=LIST_PARAMS).apply(
@@ -525,6 +554,8 @@ class DeadLetterView(AdminView):
 
 class DeadLetterStatsView(AdminView):
     """``GET /admin/dead-letter/stats``: the dead-letter extension's statistics (§10.1)."""
+
+    reads_from_replica = True
 
     def get(self, request: Any) -> Response:
         return Response(dead_letter.stats(self.jobs(request).dead_letter()))

@@ -76,6 +76,7 @@ from django_ojs.drivers.postgresql.statements import (
     NOTIFY_IN_TRANSACTION_SQL,
     PUSH_ONE_PARAMS,
     REGISTER_QUEUES_SQL,
+    REPLICA_LAG_SQL,
     SEARCH_INDEXES,
     SETTLED_EVENT_SEQ_SQL,
     STALE_JOB_TABLES_SQL,
@@ -533,6 +534,12 @@ class PostgreSQLDriver(OrmDriver):
         with server_cursor(connections[self.using]) as cursor:
             cursor.execute(TRY_LOCK_SQL, [name])
             return bool(cursor.fetchone()[0])
+
+    def replica_lag(self) -> tuple[bool, float | None]:
+        with server_cursor(connections[self.using]) as cursor:
+            cursor.execute(REPLICA_LAG_SQL)
+            in_recovery, lag = cursor.fetchone()
+        return bool(in_recovery), (None if lag is None else max(0.0, float(lag)))
 
     def check_configuration(self) -> list[CheckMessage]:
         alias = listen_alias(self.using)

@@ -553,3 +553,14 @@ SETTLED_EVENT_SEQ_SQL = (
     "LOCK TABLE ojs_event IN SHARE MODE",
     "SELECT coalesce(max(seq), 0) FROM ojs_event",
 )
+
+# How far a standby is behind its primary: 0 when it replayed all the WAL it received (an
+# idle primary sends none, and the age of the last replayed commit would grow for nothing),
+# else the age of the last commit it replayed. NULL on a primary (not in recovery).
+REPLICA_LAG_SQL = """
+SELECT pg_is_in_recovery(),
+       CASE WHEN NOT pg_is_in_recovery() THEN NULL
+            WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+            ELSE EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp())
+       END
+"""
