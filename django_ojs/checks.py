@@ -98,6 +98,58 @@ def _check_read_database(jobs_alias: str) -> list[CheckMessage]:
 
 
 @register(TAG)
+def check_routing(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
+    """The job tables are read, written and migrated where ``OJS_DATABASE`` says.
+
+    django-ojs's own code names the alias, but the admin's changelists (and any code of
+    yours that reads ``Job.objects``) go where the database routers send them.
+    """
+    from django.db import DEFAULT_DB_ALIAS, router
+
+    from django_ojs.models import Job
+
+    alias = settings.DATABASE
+    if alias not in django_settings.DATABASES:
+        return []  # ojs.E001
+    fix = (
+        "Add 'django_ojs.routers.OJSRouter' to DATABASE_ROUTERS (or a router of your own "
+        f"that sends the 'ojs' app to {alias!r})."
+    )
+    read, write = router.db_for_read(Job), router.db_for_write(Job)
+    if read != alias or write != alias:
+        return [
+            Error(
+                f"OJS_DATABASE is {alias!r} but the database routers send django-ojs's models "
+                f"to {read!r} (reads) and {write!r} (writes): the admin would show another "
+                "database's jobs.",
+                hint=fix,
+                id="ojs.E016",
+            )
+        ]
+    if not router.allow_migrate_model(alias, Job):
+        return [
+            Error(
+                f"The database routers do not allow django-ojs's migrations on OJS_DATABASE "
+                f"{alias!r}: migrate --database {alias} would not create the job tables.",
+                hint=fix,
+                id="ojs.E017",
+            )
+        ]
+    if alias != DEFAULT_DB_ALIAS and router.allow_migrate_model(DEFAULT_DB_ALIAS, Job):
+        return [
+            Warning(
+                f"The job tables live in {alias!r} (OJS_DATABASE) but the database routers "
+                "also let manage.py migrate create them in 'default', where nothing uses them.",
+                hint=fix,
+                id="ojs.W008",
+            )
+        ]
+    return []
+
+
+@register(TAG)
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: object
 ) -> list[CheckMessage]:
