@@ -11,7 +11,7 @@ import threading
 from io import StringIO
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.core.checks import run_checks
 from django.core.management import call_command
 from django.db import connections, router, transaction
@@ -57,6 +57,12 @@ def test_migrate_runs_the_job_migrations_on_the_jobs_database_only():
     assert "No migrations to apply" in out.getvalue()
     call_command("migrate", stdout=StringIO(), verbosity=0)  # default: creates no job table
     assert ojs_tables("default") == set()
+    # The admin's permissions on django-ojs's models are where the users are.
+    assert (
+        Permission.objects.using("default")
+        .filter(content_type__app_label="ojs", codename="retry_job")
+        .exists()
+    )
     recorder = connections["jobs"].cursor()
     recorder.execute("SELECT COUNT(*) FROM django_migrations WHERE app = 'ojs'")
     assert recorder.fetchone()[0] >= 1
