@@ -194,3 +194,18 @@ def test_wait_returns_when_another_thread_finishes_the_job():
     thread.join(30)
     assert claimed.is_set()
     assert (done.state, done.result) == ("completed", {"sent": 1})
+
+
+def test_the_django_task_backend_and_the_key_command_use_the_jobs_database():
+    from tests.taskapp import tasks
+
+    with pytest.raises(RuntimeError), transaction.atomic(using="jobs"):
+        tasks.add.enqueue(1)
+        raise RuntimeError("roll back jobs")
+    assert count(Job, "jobs") == 0
+    result = tasks.add.enqueue(1, 2)
+    assert Job.objects.using("jobs").filter(pk=result.id).exists()
+
+    out = StringIO()
+    call_command("ojs_apikey", "create", "billing", "--scope", "producer", stdout=out)
+    assert ApiKey.objects.using("jobs").filter(name="billing").exists()

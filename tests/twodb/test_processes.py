@@ -103,6 +103,18 @@ def test_a_worker_drains_jobs_enqueued_over_http_and_from_python(live_server, pr
     assert {"ojs_job", "ojs_event", "ojs_worker", "ojs_cron", "ojs_workflow"} <= ojs_tables("jobs")
 
 
+@pytest.mark.postgresql
+def test_an_idle_worker_is_woken_by_notify_on_the_jobs_database(processes):
+    # Polling every 60 s: a job done within 30 s was picked up by the notification its
+    # push sent on the jobs database, received by the worker's LISTEN there.
+    worker = processes.worker(OJS_WORKER_POLL_INTERVAL=60)
+    wait_for(lambda: any(q.startswith("LISTEN") for _, q in connections_of(worker)), worker)
+    for i in range(5):
+        job = django_ojs.enqueue("test.echo", [i])
+        wait_for(lambda pk=job.pk: Job.objects.get(pk=pk).state == "completed", worker, timeout=30)
+    assert worker.returncode is None
+
+
 def test_the_reaper_recovers_the_jobs_of_a_killed_worker(processes):
     victim = processes.worker("--concurrency", "2", "--no-reaper")
     jobs = django_ojs.enqueue_many(
