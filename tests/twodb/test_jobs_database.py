@@ -16,6 +16,7 @@ from django.core.checks import run_checks
 from django.core.management import call_command
 from django.db import connections, router, transaction
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 import django_ojs
@@ -119,7 +120,9 @@ def test_the_http_api_keeps_its_keys_and_jobs_in_the_jobs_database():
     _, raw = apikeys.create("producer", "admin")
     assert count(ApiKey, "jobs") == 1
     api = OJSClient(raw)
-    created = api.enqueue("email.send", ["carol@example.com"])
+    with CaptureQueriesContext(connections["default"]) as on_default:
+        created = api.enqueue("email.send", ["carol@example.com"])
+    assert on_default.captured_queries == []  # an API request needs no default database
     assert Job.objects.using("jobs").filter(pk=created["id"]).exists()
     (claimed,) = api.fetch()
     response = api.post("/workers/ack", {"job_id": claimed["id"], "result": {"sent": True}})
