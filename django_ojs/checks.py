@@ -113,40 +113,56 @@ def check_routing(
     alias = settings.DATABASE
     if alias not in django_settings.DATABASES:
         return []  # ojs.E001
+    out: list[CheckMessage] = []
     fix = (
         "Add 'django_ojs.routers.OJSRouter' to DATABASE_ROUTERS (or a router of your own "
         f"that sends the 'ojs' app to {alias!r})."
     )
-    read, write = router.db_for_read(Job), router.db_for_write(Job)
-    if read != alias or write != alias:
+    write = router.db_for_write(Job)
+    if write != alias:
         return [
             Error(
-                f"OJS_DATABASE is {alias!r} but the database routers send django-ojs's models "
-                f"to {read!r} (reads) and {write!r} (writes): the admin would show another "
-                "database's jobs.",
+                f"OJS_DATABASE is {alias!r} but the database routers send writes of "
+                f"django-ojs's models to {write!r}: the admin would change another "
+                "database's rows.",
                 hint=fix,
                 id="ojs.E016",
             )
         ]
+    read = router.db_for_read(Job)
+    if read != alias and alias != DEFAULT_DB_ALIAS:
+        # With the jobs beside your models, a primary/replica router of yours may send
+        # reads to a replica on purpose: that is your choice, not a mistake.
+        out.append(
+            Warning(
+                f"OJS_DATABASE is {alias!r} but the database routers send reads of "
+                f"django-ojs's models to {read!r}: the admin's lists would show that "
+                "database's jobs.",
+                hint=fix,
+                id="ojs.W009",
+            )
+        )
     if not router.allow_migrate_model(alias, Job):
         return [
+            *out,
             Error(
                 f"The database routers do not allow django-ojs's migrations on OJS_DATABASE "
                 f"{alias!r}: migrate --database {alias} would not create the job tables.",
                 hint=fix,
                 id="ojs.E017",
-            )
+            ),
         ]
     if alias != DEFAULT_DB_ALIAS and router.allow_migrate_model(DEFAULT_DB_ALIAS, Job):
         return [
+            *out,
             Warning(
                 f"The job tables live in {alias!r} (OJS_DATABASE) but the database routers "
                 "also let manage.py migrate create them in 'default', where nothing uses them.",
                 hint=fix,
                 id="ojs.W008",
-            )
+            ),
         ]
-    return []
+    return out
 
 
 @register(TAG)

@@ -22,3 +22,16 @@ class Everywhere(ReadsOnly):
 
     def allow_migrate(self, db: str, app_label: str, **hints: Any) -> bool | None:
         return None
+
+
+class ReadsElsewhere(ReadsOnly):
+    """Writes the ojs app to ``jobs`` but reads it from ``default`` (``ojs.W009``)."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+        return "default" if model._meta.app_label == "ojs" else None
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return "jobs" if model._meta.app_label == "ojs" else None
+
+    def allow_migrate(self, db: str, app_label: str, **hints: Any) -> bool | None:
+        return db == "jobs" if app_label == "ojs" else None

@@ -12,7 +12,7 @@ from io import StringIO
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.core.checks import run_checks
+from django.core.checks import WARNING, run_checks
 from django.core.management import call_command
 from django.db import connections, router, transaction
 from django.test import Client, override_settings
@@ -90,8 +90,11 @@ def test_the_system_checks_pass_with_the_router_and_say_what_is_missing_without_
     assert [m.id for m in run_checks(tags=["ojs"]) if m.id.startswith("ojs.")] == []
     with override_settings(DATABASE_ROUTERS=[]):
         (message,) = [m for m in run_checks(tags=["ojs"]) if m.id == "ojs.E016"]
-        assert "'default' (reads) and 'default' (writes)" in message.msg
+        assert "send writes of django-ojs's models to 'default'" in message.msg
         assert "django_ojs.routers.OJSRouter" in message.hint
+    with override_settings(DATABASE_ROUTERS=["tests.twodb.routers.ReadsElsewhere"]):
+        (message,) = [m for m in run_checks(tags=["ojs"]) if m.id.startswith("ojs.")]
+        assert (message.id, message.level) == ("ojs.W009", WARNING)
     with override_settings(DATABASE_ROUTERS=["tests.twodb.routers.ReadsOnly"]):
         ids = {m.id for m in run_checks(tags=["ojs"])}
         assert "ojs.E017" in ids
