@@ -36,7 +36,7 @@ KINDS = {
     "ojs_worker (threads, 10)": ["ojs_worker", "--concurrency", "10"],
     "ojs_worker (threads, 50)": ["ojs_worker", "--concurrency", "50"],
     "ojs_worker (threads, 10, --no-reaper)": ["ojs_worker", "--concurrency", "10", "--no-reaper"],
-    "ojs_worker (processes, 4)": ["ojs_worker", "--pool", "processes", "--concurrency", "4"],
+    "ojs_worker (processes, 4)": ["ojs_worker", "--execution", "processes", "--concurrency", "4"],
     "ojs_reaper": ["ojs_reaper"],
     # A process inside django_ojs.wait() for a job nobody runs.
     "django_ojs.wait()": [
@@ -58,10 +58,11 @@ def create_databases() -> None:
 
 def held(observer: psycopg.Connection, mine: str) -> tuple[Counter[str], int]:
     """Connections of the benchmarked processes now: per database, and LISTENing ones."""
+    databases = [os.environ[n].rsplit("/", 1)[1] for n in ("DATABASE_URL", "JOBS_DATABASE_URL")]
     rows = observer.execute(
-        "SELECT datname, query FROM pg_stat_activity "
-        "WHERE application_name LIKE 'ojs-test-%%' AND application_name <> %s",
-        [mine],
+        "SELECT datname, query FROM pg_stat_activity WHERE datname = ANY(%s) "
+        "AND application_name LIKE 'ojs-test-%%' AND application_name <> %s",
+        [databases, mine],
     ).fetchall()
     return Counter(r[0] for r in rows), sum(1 for r in rows if r[1].startswith("LISTEN"))
 
