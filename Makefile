@@ -9,6 +9,10 @@ PG_USER ?= postgres
 # Test databases: each run may name its own (the test database is test_<name>).
 SQLITE_URL ?= sqlite:////tmp/django-ojs-$(shell id -u).sqlite3
 PG_URL ?= postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs
+# The jobs in a database of their own (tests/twodb/, tests/twodb_settings.py): its own
+# default database, and beside it the jobs database (<name>_jobs; SQLite: <name>-jobs).
+TWODB_SQLITE_URL ?= sqlite:////tmp/django-ojs-twodb-$(shell id -u).sqlite3
+TWODB_PG_URL ?= postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/ojs_twodb
 PYTEST_ARGS ?=
 PYTHON_DJ6 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.13 python3.12 2>/dev/null))
 VENV_DJ6 ?= .venv-django6
@@ -32,7 +36,7 @@ CONF_EXT_PORT ?= 18775
 PEERBENCH ?= ../shared/peerbench
 PEERS ?= ojs pgqueuer
 ROUNDS ?= 8
-.PHONY: help demo dist docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-failover test-pgbouncer test-django6 conformance conformance-ext browser-deps pgbouncer-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
+.PHONY: help demo dist docs docs-serve test test-suites test-sqlite test-postgres test-under-load test-pg-restart test-failover test-pgbouncer test-twodb test-django6 conformance conformance-ext browser-deps pgbouncer-deps lint typecheck check-migrations bench bench-http bench-worker bench-peers bench-peers-interleaved db-up clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -98,13 +102,16 @@ pgbouncer-deps: ## Install PgBouncer for the pooler test when missing (apt-get; 
 	fi; \
 	echo "WARNING: pgbouncer is missing: the PgBouncer test will be skipped (CI=true makes this an error)." >&2
 
-test-sqlite: $(VENV)/.installed browser-deps ## Run the whole suite on SQLite
+test-sqlite: $(VENV)/.installed browser-deps ## Run the whole suite on SQLite, then tests/twodb with the jobs in a second SQLite file
 	DATABASE_URL=$(SQLITE_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(TWODB_SQLITE_URL) DJANGO_SETTINGS_MODULE=tests.twodb_settings $(PY) -m pytest tests/twodb $(PYTEST_ARGS)
 
-test-postgres: $(VENV)/.installed browser-deps pgbouncer-deps ## Run the whole suite on PostgreSQL (fails when CI=true and it is unreachable)
+test-postgres: $(VENV)/.installed browser-deps pgbouncer-deps ## Run the whole suite on PostgreSQL, then tests/twodb with the jobs in a second database (fails when CI=true and it is unreachable)
 	@if $(PY) -c "import psycopg; psycopg.connect(host='$(PG_HOST)', port=$(PG_PORT), user='$(PG_USER)', dbname='postgres', connect_timeout=5).close()" 2>/dev/null; then \
 		echo "== PostgreSQL suite ($(PG_HOST):$(PG_PORT))"; \
-		DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS); \
+		DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS) && \
+		echo "== PostgreSQL, the jobs in a database of their own (tests/twodb)" && \
+		DATABASE_URL=$(TWODB_PG_URL) DJANGO_SETTINGS_MODULE=tests.twodb_settings $(PY) -m pytest tests/twodb $(PYTEST_ARGS); \
 	elif [ "$$CI" = "true" ]; then \
 		echo "ERROR: PostgreSQL at $(PG_HOST):$(PG_PORT) is unreachable and CI=true: the PostgreSQL suite cannot run." >&2; exit 1; \
 	else \
@@ -139,6 +146,10 @@ test-failover: $(VENV)/.installed ## Workers, reaper, cron across a primary stop
 
 test-pgbouncer: $(VENV)/.installed pgbouncer-deps ## 3 workers behind a private PgBouncer in transaction mode: 5,000 jobs, then a pooler restart mid-drain (PostgreSQL; part of test-postgres)
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest -s -m pgbouncer tests/acceptance/test_pgbouncer.py $(PYTEST_ARGS)
+
+test-twodb: $(VENV)/.installed ## Only tests/twodb: the jobs in a database of their own, on SQLite then PostgreSQL (part of test-sqlite and test-postgres)
+	DATABASE_URL=$(TWODB_SQLITE_URL) DJANGO_SETTINGS_MODULE=tests.twodb_settings $(PY) -m pytest tests/twodb $(PYTEST_ARGS)
+	DATABASE_URL=$(TWODB_PG_URL) DJANGO_SETTINGS_MODULE=tests.twodb_settings $(PY) -m pytest tests/twodb $(PYTEST_ARGS)
 
 test-django6: ## Run the suite on Django 6.x (needs Python 3.12+; skipped with a notice when none is installed, an error when CI=true)
 	@if [ -z "$(PYTHON_DJ6)" ]; then \

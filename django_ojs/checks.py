@@ -98,6 +98,74 @@ def _check_read_database(jobs_alias: str) -> list[CheckMessage]:
 
 
 @register(TAG)
+def check_routing(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
+    """The job tables are read, written and migrated where ``OJS_DATABASE`` says.
+
+    django-ojs's own code names the alias, but the admin's changelists (and any code of
+    yours that reads ``Job.objects``) go where the database routers send them.
+    """
+    from django.db import DEFAULT_DB_ALIAS, router
+
+    from django_ojs.models import Job
+
+    alias = settings.DATABASE
+    if alias not in django_settings.DATABASES:
+        return []  # ojs.E001
+    out: list[CheckMessage] = []
+    fix = (
+        "Add 'django_ojs.routers.OJSRouter' to DATABASE_ROUTERS (or a router of your own "
+        f"that sends the 'ojs' app to {alias!r})."
+    )
+    write = router.db_for_write(Job)
+    if write != alias:
+        return [
+            Error(
+                f"OJS_DATABASE is {alias!r} but the database routers send writes of "
+                f"django-ojs's models to {write!r}: the admin would change another "
+                "database's rows.",
+                hint=fix,
+                id="ojs.E016",
+            )
+        ]
+    read = router.db_for_read(Job)
+    if read != alias and alias != DEFAULT_DB_ALIAS:
+        # With the jobs beside your models, a primary/replica router of yours may send
+        # reads to a replica on purpose: that is your choice, not a mistake.
+        out.append(
+            Warning(
+                f"OJS_DATABASE is {alias!r} but the database routers send reads of "
+                f"django-ojs's models to {read!r}: the admin's lists would show that "
+                "database's jobs.",
+                hint=fix,
+                id="ojs.W009",
+            )
+        )
+    if not router.allow_migrate_model(alias, Job):
+        return [
+            *out,
+            Error(
+                f"The database routers do not allow django-ojs's migrations on OJS_DATABASE "
+                f"{alias!r}: migrate --database {alias} would not create the job tables.",
+                hint=fix,
+                id="ojs.E017",
+            ),
+        ]
+    if alias != DEFAULT_DB_ALIAS and router.allow_migrate_model(DEFAULT_DB_ALIAS, Job):
+        return [
+            *out,
+            Warning(
+                f"The job tables live in {alias!r} (OJS_DATABASE) but the database routers "
+                "also let manage.py migrate create them in 'default', where nothing uses them.",
+                hint=fix,
+                id="ojs.W008",
+            ),
+        ]
+    return out
+
+
+@register(TAG)
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: object
 ) -> list[CheckMessage]:

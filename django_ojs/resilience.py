@@ -30,6 +30,8 @@ from typing import TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
+from django_ojs.conf import settings
+
 T = TypeVar("T")
 
 #: The first delay after a failure and the longest one (seconds).
@@ -153,14 +155,15 @@ class Outage:
 
 def drop_broken_connection(using: str | None) -> None:
     """Between two units of work of a long-lived worker thread (the outcome writer, the
-    reaper): close this thread's connection to ``using`` if it is broken or past a
+    reaper): close this thread's connection to ``using`` (``None``: the job database,
+    ``OJS_DATABASE``) if it is broken or past a
     non-zero ``CONN_MAX_AGE``, else keep it.
 
     Django's ``close_old_connections`` also closes every connection when
     ``CONN_MAX_AGE`` is 0 (its default): right for requests, but in a worker it meant a new
     connection, about 2 ms of work for both sides, before every batch written.
     """
-    connection = connections[using or "default"]
+    connection = connections[using or settings.DATABASE]
     if connection.connection is None:
         return
     if not connection.settings_dict.get("CONN_MAX_AGE"):

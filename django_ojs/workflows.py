@@ -17,8 +17,10 @@
 A step may itself be a workflow not started yet (workflows §10): ``Group(job(...),
 job(...))`` inside a ``chain(...)`` fans out and the chain waits for all of it.
 
-Each call writes the workflow and all its jobs through the caller's connection, so they
-commit or roll back with the caller's own rows. The state machine is
+Each call writes the workflow and all its jobs through the caller's connection to the job
+database (``OJS_DATABASE``), so they commit or roll back with the caller's own rows when
+those live in the same database (with the jobs in a database of their own, wrap the call
+in ``transaction.atomic(using="jobs")``: see docs/how-to/run-at-scale.md). The state machine is
 ``django_ojs.lifecycle`` (workflows §4-§9).
 """
 

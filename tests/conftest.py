@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connection
+
+#: Tests of the jobs in a database of their own: collected only with those settings.
+TWODB = Path(__file__).with_name("twodb")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``tests/twodb/`` needs ``tests.twodb_settings`` (``make test`` runs it that way); with
+    any other settings it is not collected."""
+    if collection_path == TWODB:
+        return getattr(settings, "OJS_DATABASE", DEFAULT_DB_ALIAS) == DEFAULT_DB_ALIAS
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

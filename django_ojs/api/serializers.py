@@ -8,8 +8,10 @@ suites use; responses carry the union of the fields they read (both ``id`` and
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
+
+from django.utils import timezone
 
 from django_ojs import envelope, scheduling, validation
 from django_ojs.exceptions import ValidationError
@@ -159,7 +161,40 @@ def heartbeat_request(body: dict[str, Any]) -> dict[str, Any]:
         out["labels"] = validation.validate_strings(body["labels"], "labels")
     if body.get("pool") is not None:  # fair scheduling §6.2: the pool it belongs to
         out["pool"] = validation.validate_pool_name(body["pool"])
+    as_of = _as_of(body.get("as_of"))
+    if as_of is not None:
+        out["as_of"] = as_of
     return out
+
+
+#: How far apart the clocks of the web processes may be. An HTTP worker's ``as_of`` comes
+#: from the process that answered one request and its claims were stamped by those that
+#: answered its fetches: only claims older than ``as_of`` minus this are released, so a
+#: fetch in flight is never taken for a lost one while the clocks agree within it (NTP
+#: keeps them within milliseconds). It costs a lost claim one more heartbeat at most.
+AS_OF_CLOCK_SKEW = timedelta(seconds=1)
+
+
+def _as_of(value: Any) -> datetime | None:
+    """The ``as_of`` extension field of a heartbeat: a time *the server* sent (a heartbeat
+    reply's ``server_time``, a fetched job's ``started_at``), never the worker's own clock.
+    Returned less :data:`AS_OF_CLOCK_SKEW`; later than the server's now by more than that,
+    it cannot be one of those: refused, not clamped."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value.startswith("+"):
+        raise ValidationError(
+            "as_of must be an RFC 3339 timestamp the server sent (server_time, started_at)",
+            field="as_of",
+        )
+    when = envelope.parse_timestamp(value, "as_of")
+    if when > timezone.now() + AS_OF_CLOCK_SKEW:
+        raise ValidationError(
+            "as_of is later than the server's time: send a timestamp the server sent "
+            "(server_time, started_at), not the worker's clock",
+            field="as_of",
+        )
+    return when - AS_OF_CLOCK_SKEW
 
 
 def progress_request(body: dict[str, Any], job_id_from_path: str | None = None) -> dict[str, Any]:

@@ -298,8 +298,11 @@ def enqueue(
 ) -> Job:
     """Enqueue one job and return it.
 
-    Writes through the caller's database connection: inside ``transaction.atomic()`` the
-    job commits or rolls back with the caller's own rows.
+    Writes through the caller's connection to the job database (``using``, else
+    ``OJS_DATABASE``): inside ``transaction.atomic(using=that alias)`` the job commits or
+    rolls back with the caller's rows on that database. When the jobs live in a database
+    of their own, a ``transaction.atomic()`` on ``default`` does not cover the job: it
+    commits at once (see docs/how-to/run-at-scale.md).
 
     Parameters
     ----------

@@ -185,8 +185,10 @@ def beat(
     ``as_of`` and not in the list, was claimed by a fetch whose reply never reached the
     worker (a pooler restart, a cut connection): it goes back to ``available`` at once,
     its attempt not spent (:func:`release_unreceived`), instead of waiting out its
-    reservation and counting as an attempt that ran. Without ``as_of`` (HTTP workers:
-    the protocol has no such field) nothing is released.
+    reservation and counting as an attempt that ran. Without ``as_of`` nothing is
+    released. HTTP workers may send it as an extension field of their heartbeat
+    (``api.serializers.heartbeat_request``: a time the server sent, less a second for
+    the web processes' clocks).
     """
     using = db(using)
     worker_id = validate_worker_id(worker_id, required=True)

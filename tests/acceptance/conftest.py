@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_ojs.models import Worker
 
@@ -34,8 +35,9 @@ FAST_TIMERS = {
 }
 
 
-def database_url() -> str:
+def database_url(alias: str = DEFAULT_DB_ALIAS) -> str:
     """The URL of the test database pytest-django created (for the child processes)."""
+    connection = connections[alias]
     s = connection.settings_dict
     if connection.vendor == "sqlite":
         return f"sqlite:///{Path(s['NAME']).resolve()}"
@@ -93,14 +95,22 @@ class Process:
 def processes(tmp_path) -> Iterator[Any]:
     """``processes.worker(*flags, **env)`` / ``processes.reaper(...)`` start commands."""
     started: list[Process] = []
-    url = database_url()
+    databases = {
+        "DJANGO_SETTINGS_MODULE": "tests.acceptance.settings",
+        "DATABASE_URL": database_url(),
+    }
+    jobs_alias = getattr(settings, "OJS_DATABASE", DEFAULT_DB_ALIAS)
+    if jobs_alias != DEFAULT_DB_ALIAS:
+        # The jobs in a database of their own (tests/twodb_settings.py): the same for the
+        # processes, with each test database's URL.
+        databases["DJANGO_SETTINGS_MODULE"] = "tests.acceptance.twodb_settings"
+        databases["JOBS_DATABASE_URL"] = database_url(jobs_alias)
 
     class Starter:
         def start(self, command: list[str], env: dict[str, Any]) -> Process:
             full_env = {
                 **os.environ,
-                "DJANGO_SETTINGS_MODULE": "tests.acceptance.settings",
-                "DATABASE_URL": url,
+                **databases,
                 "OJS_LOG_LEVEL": "INFO",
                 "PYTHONUNBUFFERED": "1",
             }
