@@ -1,5 +1,5 @@
 """The operator console in the Django admin: jobs, dead letter, workers, queues, dashboard,
-API keys, workflows, webhook subscriptions, and the audit trail.
+API keys, tenants, workflows, webhook subscriptions, and the audit trail.
 
 Adapter code only: every action parses the selection, makes one ``django_ojs.lifecycle``
 (or ``django_ojs.queues``) call per object and reports what happened. No ORM writes, no
@@ -16,6 +16,7 @@ from django_ojs.admin import (
     dead_letter,
     jobs,
     queues,
+    tenants,
     webhooks,
     workers,
     workflows,
@@ -29,6 +30,7 @@ __all__ = [
     "dead_letter",
     "jobs",
     "queues",
+    "tenants",
     "webhooks",
     "workers",
     "workflows",

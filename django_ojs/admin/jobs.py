@@ -33,7 +33,7 @@ from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
 from django_ojs.admin.paginator import EstimatedCountPaginator
 from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound, OJSError
-from django_ojs.models import Event, Job, Worker
+from django_ojs.models import Event, Job, Tenant, Worker
 from django_ojs.states import JobState
 from django_ojs.types import JobId
 
@@ -208,6 +208,27 @@ class TypeFilter(admin.SimpleListFilter):
         return queryset.filter(type=self.value()) if self.value() else queryset
 
 
+class TenantFilter(admin.SimpleListFilter):
+    """By tenant: the menu lists the configured tenants (``Tenant`` rows, a small table);
+    any other tenant is one search away (``tenant:acme``). Reads ojs_job_tenant_idx."""
+
+    title = "tenant"
+    parameter_name = "tenant"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Job]
+    ) -> list[tuple[str, str]]:
+        choices = list(Tenant.objects.values_list("tenant_id", flat=True)[:200])
+        value = self.value()
+        if value and value not in choices:
+            choices.append(value)  # a tenant without a configuration, from a link
+        return [(t, t) for t in choices]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        return queryset.filter(tenant=value).exclude(tenant="") if value else queryset
+
+
 class FinishedFilter(admin.SimpleListFilter):
     """When the job finished (completed, discarded or cancelled)."""
 
@@ -234,7 +255,8 @@ class FinishedFilter(admin.SimpleListFilter):
 
 #: ``key:value`` filters the job list's search box understands (``django_ojs.jobquery``).
 SEARCH_KEYS = {"type": "type", "args": "args", "meta": "meta", "error": "error_type",
-               "worker": "worker", "queue": "queue", "state": "state"}  # fmt: skip
+               "worker": "worker", "queue": "queue", "state": "state",
+               "tenant": "tenant"}  # fmt: skip
 SEARCH_KEY = re.compile(rf"({'|'.join(SEARCH_KEYS)}):\S")
 SEARCH_SPLIT = re.compile(rf"\s+(?=(?:{'|'.join(SEARCH_KEYS)}):)")
 
@@ -247,6 +269,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         "id",
         "type",
         "queue",
+        "tenant",
         "state_badge",
         "attempts",
         "priority",
@@ -260,14 +283,15 @@ class JobAdmin(ReadOnlyAdmin[Job]):
     ] = (
         "state",
         QueueFilter,
+        TenantFilter,
         TypeFilter,
         ("created_at", admin.DateFieldListFilter),
         FinishedFilter,
     )
     search_fields = ("type",)
     search_help_text = (
-        'A job id, a type, or filters: type:email.* args:[{"order_id": 42}] '
-        'meta:{"tenant": "acme"} error:SMTPError worker:<id> (combine them with spaces).'
+        'A job id, a type, or filters: type:email.* args:[{"order_id": 42}] tenant:acme '
+        'meta:{"region": "eu"} error:SMTPError worker:<id> (combine them with spaces).'
     )
     list_per_page = 50
     show_full_result_count = False  # no COUNT(*) over a large job table on every page
@@ -282,8 +306,8 @@ class JobAdmin(ReadOnlyAdmin[Job]):
     change_form_template = "admin/ojs/job/change_form.html"
     change_list_template = "admin/ojs/job/change_list.html"
     fieldsets = (
-        (None, {"fields": ("id", "type", "queue", "state_badge", "priority", "attempts",
-                           "tags", "dead_letter")}),
+        (None, {"fields": ("id", "type", "queue", "tenant", "state_badge", "priority",
+                           "attempts", "tags", "dead_letter")}),
         ("Times", {"fields": TIMES}),
         ("Payload", {"fields": ("args_json", "meta_json", "result_json")}),
         ("Errors", {"fields": ("error_history",)}),

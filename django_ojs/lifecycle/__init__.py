@@ -80,6 +80,13 @@ from django_ojs.lifecycle.system import (
     maintenance_status,
     set_maintenance,
 )
+from django_ojs.lifecycle.tenants import (
+    delete_tenant,
+    set_tenant,
+    tenant_ids,
+    tenant_stats,
+    weight_of,
+)
 from django_ojs.lifecycle.webhooks import any_active as any_active_webhook
 from django_ojs.lifecycle.webhooks import check_url as check_webhook_url
 from django_ojs.lifecycle.webhooks import create as create_webhook
@@ -135,6 +142,7 @@ __all__ = [
     "database",
     "delete_cron",
     "delete_discarded",
+    "delete_tenant",
     "delete_webhook",
     "deregister",
     "discard",
@@ -195,9 +203,13 @@ __all__ = [
     "set_maintenance",
     "set_queue_limits",
     "set_queue_retention",
+    "set_tenant",
     "sync_cron",
+    "tenant_ids",
+    "tenant_stats",
     "unpartition_tables",
     "update_webhook",
     "wait",
+    "weight_of",
     "workflow_tree",
 ]

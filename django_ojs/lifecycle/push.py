@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeGuard
 
 from django.db import transaction
 from django.utils import timezone
 
-from django_ojs import middleware
+from django_ojs import middleware, tenancy
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec, check_plain_size, plain_fit, unsized_plain
@@ -23,6 +24,7 @@ from django_ojs.exceptions import DuplicateJob, EnvelopeTooLarge, OJSError, Vali
 from django_ojs.lifecycle import events
 from django_ojs.lifecycle.rows import (
     build_spec,
+    check_tenants,
     check_types,
     job_row,
     job_rows,
@@ -67,6 +69,9 @@ def push_many(
         specs = survivors
     if not specs:
         return []
+    if tenancy.current() is not None:
+        specs = [_carried(spec) for spec in specs]
+    check_tenants(specs)
     given = [spec.id for spec in specs if spec.id in given_ids]
     if any(spec.unique_policy is not None for spec in specs):
         return _push_unique(specs, job_rows(specs, now, default_max_attempts), given, now, using)
@@ -93,6 +98,12 @@ def push_many(
 #: machine 1,000 jobs took as long in batches of 50 to 500, validated first or batch by
 #: batch; 125 was kept.
 PUSH_BATCH = 125
+
+
+def _carried(spec: JobSpec) -> JobSpec:
+    """``spec`` with the current tenant (``django_ojs.tenant``) when it names none."""
+    meta = tenancy.carried(spec.meta)
+    return spec if meta is None else replace(spec, meta=meta)
 
 
 def _push_batches(
@@ -402,6 +413,8 @@ def _streamable(items: list[Any]) -> TypeGuard[list[dict[str, Any]]]:
         len(items) > 1
         and all(map(_streams, items))
         and settings.ALLOWED_JOB_TYPES is None
+        and not settings.TENANT_REQUIRED
+        and tenancy.current() is None
         and not middleware.enqueue_chain().enqueue_needed()
     )
 

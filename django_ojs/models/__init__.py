@@ -27,6 +27,7 @@ from django_ojs.models.system import (
     WebhookCursor,
     WebhookSubscription,
 )
+from django_ojs.models.tenants import Tenant
 from django_ojs.models.workers import Queue, RateLimitState, Worker, WorkerQuerySet
 from django_ojs.models.workflows import Workflow
 
@@ -47,6 +48,7 @@ __all__ = [
     "Maintenance",
     "Queue",
     "RateLimitState",
+    "Tenant",
     "WebhookCursor",
     "WebhookSubscription",
     "Worker",

@@ -56,7 +56,9 @@ class AdminView(OJSView):
     def jobs(self, request: Any) -> Any:
         """The jobs the caller may see: all of them, or those of its key's queues."""
         allowed = self.queue_filter(request)
-        return _jobs() if allowed is None else _jobs().filter(allowed)
+        jobs = _jobs() if allowed is None else _jobs().filter(allowed)
+        tenants = self.tenant_filter(request)
+        return jobs if tenants is None else jobs.filter(tenants)
 
     def require_every_queue(self, request: Any) -> None:
         """403 for a key limited to some queues: this endpoint spans every queue."""
@@ -89,7 +91,7 @@ def _page(params: Any) -> tuple[int, int]:
     return number("page", 1, 10**9), number("per_page", PER_PAGE, MAX_PER_PAGE)
 
 
-def _paginate(items: Any, params: Any, *, keyset: bool = False) -> tuple[list[Any], dict[str, Any]]:
+def paginate(items: Any, params: Any, *, keyset: bool = False) -> tuple[list[Any], dict[str, Any]]:
     """One page of ``items``: ``page``/``per_page`` (OFFSET), or ``cursor`` for job lists.
 
     ``total`` is exact up to ``jobquery.EXACT_COUNT_LIMIT`` rows and PostgreSQL's estimate
@@ -119,12 +121,14 @@ def _paginate(items: Any, params: Any, *, keyset: bool = False) -> tuple[list[An
     return chunk, meta
 
 
-def _summary(job: Job) -> dict[str, Any]:
+def job_summary(job: Job) -> dict[str, Any]:
     ts = envelope.format_timestamp
     out = {
         "id": str(job.id), "type": job.type, "queue": job.queue, "state": job.state,
         "priority": job.priority, "attempt": job.attempt, "created_at": ts(job.created_at),
     }  # fmt: skip
+    if job.tenant:
+        out["tenant_id"] = job.tenant
     for name in ("scheduled_at", "started_at", "completed_at", "discarded_at", "cancelled_at"):
         value = getattr(job, name)
         if value is not None:
@@ -263,7 +267,7 @@ class QueuesView(AdminView):
     def get(self, request: Any) -> Response:
         who = self.principal(request)
         every = [i for i in queues.list_queues(with_counts=True) if who.may_use(i.name)]
-        items, page = _paginate(every, request.query_params)
+        items, page = paginate(every, request.query_params)
         return Response({"items": [_queue(i) for i in items], "pagination": page})
 
 
@@ -347,8 +351,8 @@ class JobsView(AdminView):
         params = request.query_params
         jobs = jobquery.JobFilter.parse(params, extra=LIST_PARAMS).apply(self.jobs(request))
         jobs = jobquery.order(jobs, params)
-        items, page = _paginate(jobs, params, keyset=True)
-        return Response({"items": [_summary(j) for j in items], "pagination": page})
+        items, page = paginate(jobs, params, keyset=True)
+        return Response({"items": [job_summary(j) for j in items], "pagination": page})
 
 
 def _job(job_id: str) -> Job:
@@ -443,7 +447,7 @@ class WorkersView(AdminView):
         self.require_every_queue(request)
         stale = _stale_before()
         workers = Worker.objects.using(settings.DATABASE).order_by("id")
-        items, page = _paginate(workers, request.query_params)
+        items, page = paginate(workers, request.query_params)
         every = [_worker(w, stale_before=stale) for w in workers]
         summary = Counter(w["state"] for w in every)
         return Response(
@@ -470,7 +474,7 @@ class WorkerView(AdminView):
         worker = _found_worker(worker_id)
         out = _worker(worker, stale_before=_stale_before())
         jobs = _jobs().filter(worker_id=worker.id, state=JobState.ACTIVE)[:MAX_PER_PAGE]
-        out["jobs"] = [_summary(j) for j in jobs]
+        out["jobs"] = [job_summary(j) for j in jobs]
         return Response(out)
 
     def delete(self, request: Any, worker_id: str) -> Response:
@@ -508,8 +512,8 @@ class DeadLetterView(AdminView):
             self.jobs(request).dead_letter()
         )
         jobs = jobquery.order(jobs, params)
-        items, page = _paginate(jobs, params, keyset=True)
-        return Response({"items": [_summary(j) for j in items], "pagination": page})
+        items, page = paginate(jobs, params, keyset=True)
+        return Response({"items": [job_summary(j) for j in items], "pagination": page})
 
     def delete(self, request: Any) -> Response:
         body = self.body(request)

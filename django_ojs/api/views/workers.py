@@ -34,7 +34,8 @@ class FetchView(WorkerView):
         data = serializers.fetch_request(self.body(request))
         for queue in data["queues"]:
             self.require_queue(request, queue, DEQUEUE)
-        jobs = lifecycle.fetch(**data)
+        # A fetch for some tenants (X-OJS-Tenant, a key's allowlist) claims only theirs.
+        jobs = lifecycle.fetch(**data, tenants=self.tenant_scope(request))
         rendered = [serializers.job(j) for j in jobs]
         body: dict[str, Any] = {"jobs": rendered}
         if rendered:
@@ -48,6 +49,8 @@ class AckView(WorkerView):
     def post(self, request: Any) -> Response:
         data = serializers.ack_request(self.body(request))
         who = self.principal(request)
+        if self.tenant_scope(request) is not None:
+            self.require_job_queue(request, data["job_id"], DEQUEUE)
         try:
             # A key limited to some queues completes jobs of those only: checked in the
             # ACK's own statement, not by reading the job's queue first.
