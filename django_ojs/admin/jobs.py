@@ -31,9 +31,10 @@ from django_ojs.actors import Actor
 from django_ojs.admin import bulk, display
 from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
 from django_ojs.admin.paginator import EstimatedCountPaginator
+from django_ojs.admin.tenants import TenantFilter
 from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound, OJSError
-from django_ojs.models import Event, Job, Tenant, Worker
+from django_ojs.models import Event, Job, Worker
 from django_ojs.states import JobState
 from django_ojs.types import JobId
 
@@ -206,27 +207,6 @@ class TypeFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         return queryset.filter(type=self.value()) if self.value() else queryset
-
-
-class TenantFilter(admin.SimpleListFilter):
-    """By tenant: the menu lists the configured tenants (``Tenant`` rows, a small table);
-    any other tenant is one search away (``tenant:acme``). Reads ojs_job_tenant_idx."""
-
-    title = "tenant"
-    parameter_name = "tenant"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Job]
-    ) -> list[tuple[str, str]]:
-        choices = list(Tenant.objects.values_list("tenant_id", flat=True)[:200])
-        value = self.value()
-        if value and value not in choices:
-            choices.append(value)  # a tenant without a configuration, from a link
-        return [(t, t) for t in choices]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
-        value = self.value()
-        return queryset.filter(tenant=value).exclude(tenant="") if value else queryset
 
 
 class FinishedFilter(admin.SimpleListFilter):

@@ -15,7 +15,28 @@ from django.http import HttpRequest
 
 from django_ojs import lifecycle
 from django_ojs.admin.base import ReadOnlyAdmin, admin_actor
-from django_ojs.models import Tenant
+from django_ojs.models import Job, Tenant
+
+
+class TenantFilter(admin.SimpleListFilter):
+    """By tenant: the menu lists the configured tenants (``Tenant`` rows, a small table);
+    any other tenant is one search away (``tenant:acme``). Reads ojs_job_tenant_idx."""
+
+    title = "tenant"
+    parameter_name = "tenant"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Job]
+    ) -> list[tuple[str, str]]:
+        choices = list(Tenant.objects.values_list("tenant_id", flat=True)[:200])
+        value = self.value()
+        if value and value not in choices:
+            choices.append(value)  # a tenant without a configuration, from a link
+        return [(t, t) for t in choices]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        return queryset.filter(tenant=value).exclude(tenant="") if value else queryset
 
 
 @admin.register(Tenant)

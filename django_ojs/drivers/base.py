@@ -456,16 +456,16 @@ class Driver(ABC):
         """Up to ``limit`` of the job types present, in order, for a filter menu."""
         return list(jobs.order_by("type").values_list("type", flat=True).distinct()[:limit])
 
+    @abstractmethod
+    def fair_bases(
+        self, keys: Sequence[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], tuple[float, float]]:
+        """For each (queue, tenant, priority): where the tenant's next turn starts (the
+        larger of the head and its tail, ``lifecycle.fairness``) and 1 / its weight."""
+
+    @abstractmethod
     def distinct_tenants(self, after: str, limit: int) -> list[str]:
         """Up to ``limit`` of the tenants jobs name, in order, after ``after``."""
-        return list(
-            Job.objects.using(self.using)
-            .filter(tenant__gt=after)
-            .exclude(tenant="")
-            .order_by("tenant")
-            .values_list("tenant", flat=True)
-            .distinct()[:limit]
-        )
 
     def count(self, rows: QuerySet[Any], exact_limit: int) -> tuple[int, bool]:
         """``(n, estimated)``: how many rows ``rows`` has. Here always exact; a driver may

@@ -21,7 +21,7 @@ from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec, check_plain_size, plain_fit, unsized_plain
 from django_ojs.exceptions import DuplicateJob, EnvelopeTooLarge, OJSError, ValidationError
-from django_ojs.lifecycle import events
+from django_ojs.lifecycle import events, fairness
 from django_ojs.lifecycle.rows import (
     build_spec,
     check_tenants,
@@ -80,6 +80,8 @@ def push_many(
     # One atomic statement on PostgreSQL: no transaction of our own (a savepoint inside
     # the caller's transaction would add two round trips to the hot path).
     job = job_row(specs[0], now, default_max_attempts)
+    if job.tenant:
+        fairness.stamp([job], fairness.turns(fairness.keys_of_specs(specs), using))
     written = get_driver(using).push_one(
         job,
         available=job.state == JobState.AVAILABLE,
@@ -128,8 +130,11 @@ def _push_batches(
     with _collector_paused(len(items)), transaction.atomic(using=using):
         if given:
             _refuse_duplicates(list(given), using)
+        # Where the tenants stand, read before the first batch goes (streamed items have
+        # no tenant: see _streams).
+        turns = None if validate else fairness.turns(fairness.keys_of_specs(items), using)
         written = get_driver(using).push_many(
-            _batches(items, now, rows, validate=validate),
+            _batches(items, now, rows, validate=validate, turns=turns),
             now=now,
             events=events.mode(),
             source=settings.EVENT_SOURCE,
@@ -168,16 +173,24 @@ def _collector_paused(size: int) -> Iterator[None]:
 
 
 def _batches(
-    items: Sequence[Any], now: datetime, made: list[Job], *, validate: bool
+    items: Sequence[Any],
+    now: datetime,
+    made: list[Job],
+    *,
+    validate: bool,
+    turns: fairness.Turns | None = None,
 ) -> Iterator[list[Job]]:
     """The rows of ``items`` (:func:`job_rows`), :data:`PUSH_BATCH` at a time, each
-    batch validated first (:func:`_specs`) when asked, and added to ``made``."""
+    batch validated first (:func:`_specs`) when asked, and added to ``made``; the rows of
+    tenants get their turns from ``turns`` (:func:`fairness.stamp`)."""
     default_max_attempts = default_retry_policy().max_attempts
     for start in range(0, len(items), PUSH_BATCH):
         chunk = items[start : start + PUSH_BATCH]
         plain: list[int] = []
         specs = _specs(chunk, start, plain) if validate else chunk
         rows = job_rows(specs, now, default_max_attempts, frozenset(i - start for i in plain))
+        if turns:
+            fairness.stamp(rows, turns)
         made.extend(rows)
         yield rows
 
@@ -240,6 +253,7 @@ def _push_unique(
             inserts.append(row)
             results.append(row)
         if inserts:
+            fairness.stamp(inserts, fairness.turns(fairness.keys_of_specs(specs), using))
             written = driver.push_many(
                 [inserts],
                 now=now,
@@ -402,7 +416,10 @@ def _streams(item: Any) -> bool:
     """An item that may be validated batch by batch (:func:`_push_batches`): a dict with
     a type, without an id or a unique policy (both are checked against the whole push
     before it is written)."""
-    return item.__class__ is dict and "type" in item and "id" not in item and "unique" not in item
+    if item.__class__ is not dict or "type" not in item or "id" in item or "unique" in item:
+        return False
+    meta = item.get("meta")
+    return not (isinstance(meta, dict) and "tenant_id" in meta)  # a tenant's: see fairness
 
 
 def _streamable(items: list[Any]) -> TypeGuard[list[dict[str, Any]]]:

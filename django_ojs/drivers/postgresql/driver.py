@@ -66,6 +66,7 @@ from django_ojs.drivers.postgresql.statements import (
     DISTINCT_TYPES_SQL,
     DUE_PROBE_SQL,
     EVENT_PLACEHOLDERS,
+    FAIR_BASES_SQL,
     INDEX_VALID_SQL,
     INDEXES_PRESENT_SQL,
     INSERT_EVENTS_SQL,
@@ -102,6 +103,20 @@ class PostgreSQLDriver(OrmDriver):
         with connections[self.using].cursor() as cursor:
             cursor.execute(DISTINCT_TYPES_SQL, [limit])
             return [row[0] for row in cursor.fetchall()]
+
+    def fair_bases(
+        self, keys: Sequence[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], tuple[float, float]]:
+        queues, tenants, priorities = (list(column) for column in zip(*keys, strict=True))
+        with server_cursor(connections[self.using]) as cursor:
+            cursor.execute(
+                FAIR_BASES_SQL, {"queues": queues, "tenants": tenants, "priorities": priorities}
+            )
+            rows = cursor.fetchall()
+        return {
+            (queue, tenant, priority): (max(head or 0.0, tail or 0.0), 1.0 / (weight or 1.0))
+            for queue, tenant, priority, head, tail, weight in rows
+        }
 
     def distinct_tenants(self, after: str, limit: int) -> list[str]:
         with connections[self.using].cursor() as cursor:

@@ -532,6 +532,26 @@ SELECT type FROM t WHERE type IS NOT NULL
 """
 
 
+# Why raw SQL: a push of a tenant's job reads where its tenant stands in its queue (see
+# lifecycle.fairness) in ONE round trip for every (queue, tenant, priority) it pushes to,
+# instead of two probes and a weight read each through the ORM. Each subquery is one
+# index probe: the head along ojs_job_claim_idx (queue, priority, then vtime ascending,
+# past the jobs without a tenant, whose vtime is 0), the tail along
+# ojs_job_tenant_claim_idx backwards, the weight by primary key.
+FAIR_BASES_SQL = """
+SELECT k.q, k.t, k.p,
+    (SELECT j.vtime FROM ojs_job j
+     WHERE j.state = 'available' AND j.queue = k.q AND j.priority = k.p AND j.vtime > 0
+     ORDER BY j.vtime LIMIT 1),
+    (SELECT j.vtime FROM ojs_job j
+     WHERE j.state = 'available' AND j.queue = k.q AND j.tenant = k.t AND j.tenant <> ''
+       AND j.priority = k.p
+     ORDER BY j.vtime DESC LIMIT 1),
+    (SELECT w.weight FROM ojs_tenant w WHERE w.tenant_id = k.t)
+FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(priorities)s::int[]) AS k(q, t, p)
+"""
+
+
 #: The tenants jobs name, after ``%(after)s``: the same skip scan along ojs_job_tenant_idx
 #: (partial: jobs that have a tenant), one probe per tenant.
 DISTINCT_TENANTS_SQL = """

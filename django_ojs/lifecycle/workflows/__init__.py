@@ -37,7 +37,7 @@ from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import WorkflowNotFound
-from django_ojs.lifecycle import audit, events
+from django_ojs.lifecycle import audit, events, fairness
 from django_ojs.lifecycle.rows import build_spec, check_tenants, check_types
 from django_ojs.lifecycle.store import db
 from django_ojs.lifecycle.workflows.progress import (
@@ -114,6 +114,7 @@ def create_spec(spec: WorkflowSpec, *, using: str | None = None) -> Workflow:
     with transaction.atomic(using=using):
         root = build.workflow(spec, parent=None, step=None, root=None, started=True, inputs=None)
         Workflow.objects.using(using).bulk_create(build.workflows)
+        fairness.stamp_new(build.jobs, using)
         written = get_driver(using).push_many(
             [build.jobs],
             now=now,
