@@ -85,6 +85,17 @@ def stamp(rows: Sequence[Job], given: Turns) -> list[Job]:
     return stamped
 
 
+def next_turn(queue: str, tenant: str, priority: int, using: str) -> float | None:
+    """The turn of one job of ``tenant`` that becomes available now (an operator's run
+    now, an activation, a retry from the dead letter, a requeue); ``None`` without a
+    tenant or with fairness off."""
+    if not tenant or not settings.TENANT_FAIRNESS:
+        return None
+    key = (queue, tenant, priority)
+    base, step = turns([key], using)[key]
+    return base + step
+
+
 def restamp(jobs: Sequence[Any], using: str) -> None:
     """Turns for jobs that have just become available (a promotion of scheduled or
     retryable jobs): read where their tenants stand, give them the next turns, in id

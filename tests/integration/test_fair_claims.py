@@ -141,3 +141,22 @@ def test_a_tenant_limited_fetch_takes_its_jobs_in_order():
     got = [str(j.id) for j in drain(count=2, tenants=["b"])]
     assert got == b
     assert Job.objects.filter(state="available").count() == 5
+
+
+def test_jobs_an_operator_or_a_workflow_releases_take_their_turns_too():
+    push("a", 30)
+    later = timezone.now() + timedelta(hours=1)
+    scheduled = django_ojs.enqueue(
+        "t.run", ["b", 0], queue="fq", meta={"tenant_id": "b"}, scheduled_at=later
+    )
+    pending = django_ojs.enqueue(
+        "t.run", ["c", 0], queue="fq", meta={"tenant_id": "c"}, pending=True
+    )
+    lifecycle.fetch(["fq"], 5, worker_id="w-fair")  # the head moves on, to a's turn 6
+    lifecycle.run_now(scheduled.id)
+    lifecycle.activate(pending.id)
+    head = min(Job.objects.filter(state="available", tenant="a").values_list("vtime", flat=True))
+    for job_id in (scheduled.id, pending.id):
+        assert Job.objects.get(pk=job_id).vtime == head + 1  # the next round, not turn 0
+    order = tenants_of(drain())
+    assert order.index("b") <= 3 and order.index("c") <= 3  # a turn 6, then a, b, c at 7
