@@ -122,6 +122,16 @@ class Principal:
             },
         )
 
+    def require_every_tenant(self) -> None:
+        """Raise 403 for a principal limited to some tenants: the endpoint shows every
+        tenant's jobs, events or figures (multi-tenancy §5)."""
+        if self.tenants is not None:
+            raise PermissionDenied(
+                f"Principal '{self.name}' is limited to some tenants; this endpoint spans "
+                "every tenant.",
+                details={"principal": self.name, "allowed_tenants": list(self.tenants)},
+            )
+
     def require_queue(self, queue: str, operation: str) -> None:
         """Raise 403 unless this principal may use ``queue`` (security §7.1, §15.2)."""
         if not self.may_use(queue):

@@ -250,3 +250,12 @@ def test_the_django_admin_shows_filters_and_configures_tenants():
     assert Tenant.objects.get(pk="acme").weight == 3.0
     refused = browser.post("/admin/ojs/tenant/add/", {"tenant_id": "bad id", "weight": "1"})
     assert refused.status_code == 200 and not Tenant.objects.filter(pk="bad id").exists()
+
+
+def test_a_tenant_limited_key_may_not_read_what_spans_every_tenant():
+    operator = keyed("operator", "acme")
+    assert_ojs_error(operator.get("/events"), 403, "permission_denied")
+    admin = keyed("admin", "acme")
+    assert_ojs_error(admin.get("/admin/stats"), 403, "permission_denied")
+    assert_ojs_error(admin.get("/admin/workers"), 403, "permission_denied")
+    assert client("operator").get("/events").status_code == 200

@@ -61,8 +61,10 @@ class AdminView(OJSView):
         return jobs if tenants is None else jobs.filter(tenants)
 
     def require_every_queue(self, request: Any) -> None:
-        """403 for a key limited to some queues: this endpoint spans every queue."""
+        """403 for a key limited to some queues, or to some tenants: this endpoint spans
+        every queue and every tenant."""
         who = self.principal(request)
+        who.require_every_tenant()
         if who.queues is not None:
             raise PermissionDenied(
                 f"Principal '{who.name}' is limited to some queues; this admin endpoint "
