@@ -42,6 +42,7 @@ __all__ = [
     "job",
     "periodic",
     "retry_discarded",
+    "tenant",
     "wait",
 ]
 
@@ -67,6 +68,7 @@ _LAZY = {
     "beat": "django_ojs.lifecycle",
     "retry_discarded": "django_ojs.lifecycle",
     "wait": "django_ojs.lifecycle",
+    "tenant": "django_ojs.tenancy",
     "chain": "django_ojs.workflows",
     "group": "django_ojs.workflows",
     "batch": "django_ojs.workflows",
@@ -95,6 +97,7 @@ if TYPE_CHECKING:
     from django_ojs.registry import handler, periodic
     from django_ojs.retry import RetryPolicy
     from django_ojs.states import JobState
+    from django_ojs.tenancy import tenant
     from django_ojs.workflows import Batch, Chain, Group, batch, chain, group, job
 
 

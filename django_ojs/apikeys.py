@@ -24,6 +24,7 @@ from django.utils import timezone
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.models import ApiKey
+from django_ojs.tenancy import validate_tenants
 from django_ojs.validation import validate_queue_patterns
 
 KEY_PREFIX = "ojs_"
@@ -113,17 +114,21 @@ def create(
     scope: str,
     *,
     queues: Sequence[str] | None = None,
+    tenants: Sequence[str] | None = None,
     using: str | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key; return the row and the full key string (the only time it is visible).
 
     ``queues`` limits the key to these queues (names or ``prefix*``); empty or ``None``:
-    every queue. Raises ``ValueError`` (a ``ValidationError`` for ``queues``).
+    every queue. ``tenants`` limits it to the jobs of these tenants (multi-tenancy §5):
+    it enqueues, fetches, reads and cancels only theirs; empty or ``None``: every job.
+    Raises ``ValueError`` (a ``ValidationError`` for ``queues`` or ``tenants``).
     """
     if not isinstance(name, str) or not name.strip() or len(name) > 100:
         raise ValueError("name must be a non-empty string of at most 100 characters")
     scope = _scope(scope)
     allowed = validate_queue_patterns(list(queues) if queues is not None else None)
+    tenant_ids = validate_tenants(list(tenants) if tenants is not None else None)
     prefix = secrets.token_hex(PREFIX_LENGTH // 2)
     secret = secrets.token_urlsafe(SECRET_BYTES)
     key = ApiKey.objects.using(_db(using)).create(
@@ -132,6 +137,7 @@ def create(
         hashed_secret=hash_secret(secret),
         scope=scope,
         queues=allowed,
+        tenants=tenant_ids,
     )
     return key, f"{KEY_PREFIX}{prefix}_{secret}"
 
@@ -141,9 +147,11 @@ def update(
     *,
     scope: str | None = None,
     queues: Sequence[str] | None = None,
+    tenants: Sequence[str] | None = None,
     using: str | None = None,
 ) -> ApiKey:
-    """Change a key's scope and/or queue allowlist (``[]``: every queue); effective at once.
+    """Change a key's scope, queue allowlist (``[]``: every queue) and/or tenant allowlist
+    (``[]``: every tenant); effective at once.
 
     Raises ``ApiKey.DoesNotExist`` for an unknown prefix, ``ValueError`` for bad values.
     The secret never changes (revoke and create a key to rotate it).
@@ -156,9 +164,11 @@ def update(
         fields["scope"] = _scope(scope)
     if queues is not None:
         fields["queues"] = validate_queue_patterns(list(queues))
+    if tenants is not None:
+        fields["tenants"] = validate_tenants(list(tenants))
     if fields:
         ApiKey.objects.using(using).filter(pk=key.pk).update(**fields)
-        key.refresh_from_db(using=using, fields=["scope", "queues"])
+        key.refresh_from_db(using=using, fields=["scope", "queues", "tenants"])
         forget()
     return key
 

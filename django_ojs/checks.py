@@ -185,6 +185,11 @@ def check_settings(
             RetryPolicy.from_wire(policy)
         except ValidationError as exc:
             out.append(Error(f"OJS_RETRY_POLICY is invalid: {exc.message}", id="ojs.E005"))
+    for name in ("OJS_TENANT_REQUIRED", "OJS_TENANT_FAIRNESS"):
+        value = getattr(django_settings, name, None)
+        if value is not None and not isinstance(value, bool):
+            # A string such as "False" would read as on.
+            out.append(Error(f"{name} must be True or False.", id="ojs.E018"))
     return out
 
 

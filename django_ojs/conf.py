@@ -140,6 +140,11 @@ DEFAULT_WEBHOOKS_CACHE_SECONDS = 5.0
 DEFAULT_ENQUEUE_MIDDLEWARE = ["django_ojs.middleware.TraceContextMiddleware"]
 DEFAULT_EXECUTION_MIDDLEWARE = ["django_ojs.middleware.TraceContextMiddleware"]
 
+#: Refuse a job without ``meta.tenant_id`` (multi-tenancy §5.1: 422).
+DEFAULT_TENANT_REQUIRED = False
+#: Tenants take turns in each queue (fair scheduling §9); off: first in, first out.
+DEFAULT_TENANT_FAIRNESS = True
+
 
 _UNSET = object()
 #: The Django settings object last read, and the raw values read from it (``_UNSET``: not
@@ -386,6 +391,16 @@ class Settings:
         """Job types that may be enqueued (``type`` or ``prefix.*``); ``None``: every type."""
         value = self._get("OJS_ALLOWED_JOB_TYPES", DEFAULT_ALLOWED_JOB_TYPES)
         return None if value is None else tuple(value)
+
+    @property
+    def TENANT_REQUIRED(self) -> bool:
+        """Refuse jobs without a tenant (multi-tenancy §5.1) with 422 ``tenant_required``."""
+        return bool(self._get("OJS_TENANT_REQUIRED", DEFAULT_TENANT_REQUIRED))
+
+    @property
+    def TENANT_FAIRNESS(self) -> bool:
+        """Hand out the jobs of a queue's tenants in turns, by weight (fair scheduling §9)."""
+        return bool(self._get("OJS_TENANT_FAIRNESS", DEFAULT_TENANT_FAIRNESS))
 
     @property
     def CRON(self) -> dict[str, dict[str, Any]]:

@@ -81,6 +81,20 @@ class JobTypeNotAllowed(ValidationError):
         self.job_type = job_type
 
 
+class TenantRequired(ValidationError):
+    """A job without ``meta.tenant_id`` while ``OJS_TENANT_REQUIRED`` is on."""
+
+    # Multi-tenancy §5.1: jobs without a tenant_id MUST be rejected with 422.
+    http_status = 422
+
+    def __init__(self) -> None:
+        super().__init__(
+            "meta.tenant_id is required: this server runs with OJS_TENANT_REQUIRED "
+            "(send it in meta or in the X-OJS-Tenant header)",
+            field="meta.tenant_id",
+        )
+
+
 class InvalidRequest(OJSError):
     """The request is malformed."""
 

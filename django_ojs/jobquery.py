@@ -1,7 +1,8 @@
 """Job search: one filter for the admin API, the HTTP list endpoints and the Django admin.
 
 ``JobFilter.parse(params)`` validates a filter given as query parameters or a JSON object
-(admin API §7.1, §8): ``state`` (one or a comma list), ``queue``, ``type`` (exact, or a
+(admin API §7.1, §8): ``state`` (one or a comma list), ``queue``, ``tenant`` (the job's
+``meta.tenant_id``), ``type`` (exact, or a
 prefix with ``*``: ``email.*``), ``since``/``until`` (created), ``finished_before``/
 ``finished_after``, ``worker`` (worker id), ``error_type`` (type of the last error),
 ``args``/``meta`` (a JSON fragment the job's args or meta contain). Bad values raise
@@ -31,6 +32,7 @@ from django_ojs import envelope, states, validation
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import ValidationError
 from django_ojs.models import Job
+from django_ojs.tenancy import validate_tenant
 
 SORTS = {"created_at": "created_at", "scheduled_at": "scheduled_at", "priority": "priority"}
 
@@ -40,6 +42,7 @@ class JobFilter:
     states: tuple[str, ...] = ()
     queue: str | None = None
     type: str | None = None
+    tenant: str | None = None
     since: datetime | None = None
     until: datetime | None = None
     finished_after: datetime | None = None
@@ -102,6 +105,7 @@ class JobFilter:
                     )
             wanted = tuple(items)
         queue = text("queue")
+        tenant = text("tenant")
         kind = text("type")
         if kind is not None and "*" in kind.rstrip("*"):
             raise ValidationError("type takes one trailing * (a prefix: email.*)", field="type")
@@ -109,6 +113,7 @@ class JobFilter:
             states=wanted,
             queue=validation.validate_queue(queue) if queue else None,
             type=kind,
+            tenant=validate_tenant(tenant, field="tenant") if tenant else None,
             since=when("since"),
             until=when("until"),
             finished_after=when("finished_after"),
@@ -130,6 +135,8 @@ class JobFilter:
             q &= Q(state__in=self.states)
         if self.queue:
             q &= Q(queue=self.queue)
+        if self.tenant:
+            q &= Q(tenant=self.tenant) & ~Q(tenant="")  # ojs_job_tenant_idx
         if self.type:
             q &= (
                 Q(type__startswith=self.type[:-1]) if self.type.endswith("*") else Q(type=self.type)
@@ -168,7 +175,7 @@ class JobFilter:
 
 #: The keys :meth:`JobFilter.parse` reads.
 PARAMETERS = frozenset(
-    {"state", "states", "queue", "type", "since", "until", "finished_after", "finished_before",
+    {"state", "states", "queue", "tenant", "type", "since", "until", "finished_after", "finished_before",
      "worker", "error_type", "args", "meta"}
 )  # fmt: skip
 

@@ -15,6 +15,11 @@ Works with ``django.tasks`` (Django 6.x) and with the ``django-tasks`` backport 
 
 OJS options (retry policy, timeout, unique policy, result TTL, rate limit, tags) come from
 the backend's ``OPTIONS`` and, per task, from ``@task(ojs={...})``.
+
+The job's tenant (multi-tenancy §5) is the task's ``meta.tenant_id`` when it sets one,
+else the backend's ``OPTIONS["TENANT"]`` (a tenant id), else what
+``OPTIONS["TENANT_FUNCTION"]`` (a dotted path to a function of no arguments) returns at
+enqueue time, else the current one (``with django_ojs.tenant("acme"): ...``).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from django_ojs.exceptions import OJSError
 from django_ojs.models import Job
 from django_ojs.registry import Handler, registry
 from django_ojs.states import JobState
+from django_ojs.tenancy import validate_tenant
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +93,8 @@ STATUS = {
 #: OJS options a task may set (backend OPTIONS, or ``@task(ojs={...})``).
 OPTIONS = ("retry", "timeout", "unique", "result_ttl", "rate_limit", "tags", "meta",
            "expires_at", "total_timeout", "heartbeat_timeout", "grace_period")  # fmt: skip
+#: The backend's own OPTIONS: its database alias, and the tenant of its jobs.
+BACKEND_OPTIONS = ("DATABASE", "TENANT", "TENANT_FUNCTION")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,12 +115,22 @@ class OJSBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc,name-defined]
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        unknown = sorted(set(self.options) - set(OPTIONS) - {"DATABASE"})
+        unknown = sorted(set(self.options) - set(OPTIONS) - set(BACKEND_OPTIONS))
         if unknown:
             raise tasks_api.InvalidTask(
                 f"Unknown OPTIONS for {alias!r}: {', '.join(unknown)} (allowed: {', '.join(OPTIONS)})"
             )
         self.using: str | None = self.options.get("DATABASE")
+        self.tenant: str | None = self.options.get("TENANT")
+        if self.tenant is not None:
+            try:
+                validate_tenant(self.tenant, field="TENANT")
+            except OJSError as exc:
+                raise tasks_api.InvalidTask(f"OPTIONS of {alias!r}: {exc.message}") from exc
+        path = self.options.get("TENANT_FUNCTION")
+        self.tenant_function: Callable[[], str | None] | None = (
+            import_string(path) if path else None
+        )
 
     # ------------------------------------------------------------------ enqueue
 
@@ -121,6 +139,11 @@ class OJSBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc,name-defined]
         options = {k: v for k, v in self.options.items() if k in OPTIONS}
         options.update(getattr(task, "ojs", None) or {})
         meta = {**options.pop("meta", {}), "django_task": {"backend": self.alias}}
+        tenant = self.tenant
+        if tenant is None and self.tenant_function is not None:
+            tenant = self.tenant_function()
+        if tenant and "tenant_id" not in meta:
+            meta["tenant_id"] = tenant
         try:
             spec = lifecycle.job_spec(
                 task.module_path,

@@ -23,6 +23,7 @@ from django_ojs.exceptions import (
     RetryPolicyError,
     ValidationError,
 )
+from django_ojs.tenancy import validate_tenant
 
 QUEUE_PATTERN = re.compile(r"[a-z0-9][a-z0-9\-.]*")
 QUEUE_MAX_LENGTH = 128
@@ -310,6 +311,8 @@ def validate_meta(value: Any, *, field: str = "meta") -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValidationError(f"{field} must be an object", field=field)
     meta: dict[str, Any] = check_json(value, field)
+    if "tenant_id" in meta:
+        validate_tenant(meta["tenant_id"], field=f"{field}.tenant_id")
     for key, item in meta.items():
         if not META_KEY_PATTERN.fullmatch(key):
             raise ValidationError(

@@ -1,5 +1,5 @@
 """The operator console in the Django admin: jobs, dead letter, workers, queues, dashboard,
-API keys, workflows, webhook subscriptions, and the audit trail.
+API keys, tenants, workflows, webhook subscriptions, and the audit trail.
 
 Adapter code only: every action parses the selection, makes one ``django_ojs.lifecycle``
 (or ``django_ojs.queues``) call per object and reports what happened. No ORM writes, no
@@ -17,6 +17,7 @@ from django_ojs.admin import (
     jobs,
     pools,
     queues,
+    tenants,
     webhooks,
     workers,
     workflows,
@@ -31,6 +32,7 @@ __all__ = [
     "jobs",
     "pools",
     "queues",
+    "tenants",
     "webhooks",
     "workers",
     "workflows",

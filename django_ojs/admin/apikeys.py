@@ -22,6 +22,7 @@ from django_ojs.admin import bulk
 from django_ojs.admin.base import ReadOnlyAdmin
 from django_ojs.exceptions import ValidationError
 from django_ojs.models import ApiKey
+from django_ojs.tenancy import validate_tenants
 
 if TYPE_CHECKING:
     _ApiKeyModelForm = ModelForm[ApiKey]
@@ -66,6 +67,13 @@ class ApiKeyForm(_ApiKeyModelForm):
         "Empty: every queue.",
     )
 
+    tenants_text = forms.CharField(
+        label="tenants",
+        required=False,
+        help_text="Comma-separated tenants whose jobs the key may enqueue, fetch, read and "
+        "cancel. Empty: every job.",
+    )
+
     class Meta:
         model = ApiKey
         fields = ("name", "scope")
@@ -74,6 +82,14 @@ class ApiKeyForm(_ApiKeyModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.fields["queues_text"].initial = ", ".join(self.instance.queues or ())
+            self.fields["tenants_text"].initial = ", ".join(self.instance.tenants or ())
+
+    def clean_tenants_text(self) -> list[str]:
+        raw = self.cleaned_data.get("tenants_text") or ""
+        try:
+            return validate_tenants([t.strip() for t in raw.split(",") if t.strip()])
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message) from None
 
     def clean_queues_text(self) -> list[str]:
         raw = self.cleaned_data.get("queues_text") or ""
@@ -89,8 +105,8 @@ class ApiKeyForm(_ApiKeyModelForm):
 class ApiKeyAdmin(ReadOnlyAdmin[ApiKey]):
     form = ApiKeyForm
     list_display = (
-        "name", "key_id", "scope", "queue_list", "status", "created_at", "last_used_at",
-        "revoked_at",
+        "name", "key_id", "scope", "queue_list", "tenant_list", "status", "created_at",
+        "last_used_at", "revoked_at",
     )  # fmt: skip
     list_filter = ("scope", ActiveFilter)
     search_fields = ("name", "prefix")
@@ -99,10 +115,10 @@ class ApiKeyAdmin(ReadOnlyAdmin[ApiKey]):
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> tuple[str, ...]:
         if obj is None:
-            return ("name", "scope", "queues_text")
+            return ("name", "scope", "queues_text", "tenants_text")
         return (
-            "name", "key_id", "scope", "queues_text", "status", "created_at", "last_used_at",
-            "revoked_at",
+            "name", "key_id", "scope", "queues_text", "tenants_text", "status", "created_at",
+            "last_used_at", "revoked_at",
         )  # fmt: skip
 
     def get_readonly_fields(
@@ -124,6 +140,10 @@ class ApiKeyAdmin(ReadOnlyAdmin[ApiKey]):
     def queue_list(self, obj: ApiKey) -> str:
         return ", ".join(obj.queues) if obj.queues else "all"
 
+    @admin.display(description="tenants")
+    def tenant_list(self, obj: ApiKey) -> str:
+        return ", ".join(obj.tenants) if obj.tenants else "all"
+
     def has_revoke_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("ojs.change_apikey")
 
@@ -139,11 +159,13 @@ class ApiKeyAdmin(ReadOnlyAdmin[ApiKey]):
         self, request: HttpRequest, obj: ApiKey, form: ModelForm[ApiKey], change: bool
     ) -> None:
         queues = form.cleaned_data.get("queues_text") or []
+        tenants = form.cleaned_data.get("tenants_text") or []
         if change:
-            apikeys.update(obj.prefix, scope=obj.scope, queues=queues)
+            apikeys.update(obj.prefix, scope=obj.scope, queues=queues, tenants=tenants)
             return
-        # The add form only collects name, scope and queues; apikeys.create makes the key.
-        key, raw = apikeys.create(obj.name, obj.scope, queues=queues)
+        # The add form only collects name, scope, queues and tenants; apikeys.create
+        # makes the key.
+        key, raw = apikeys.create(obj.name, obj.scope, queues=queues, tenants=tenants)
         obj.pk, obj.prefix, obj.created_at = key.pk, key.prefix, key.created_at
         obj._state.adding = False
         obj._state.db = key._state.db

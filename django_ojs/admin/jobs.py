@@ -31,6 +31,7 @@ from django_ojs.actors import Actor
 from django_ojs.admin import bulk, display
 from django_ojs.admin.base import ReadOnlyAdmin, admin_actor, read_alias
 from django_ojs.admin.paginator import EstimatedCountPaginator
+from django_ojs.admin.tenants import TenantFilter
 from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound, OJSError
 from django_ojs.models import Event, Job, Worker
@@ -234,7 +235,8 @@ class FinishedFilter(admin.SimpleListFilter):
 
 #: ``key:value`` filters the job list's search box understands (``django_ojs.jobquery``).
 SEARCH_KEYS = {"type": "type", "args": "args", "meta": "meta", "error": "error_type",
-               "worker": "worker", "queue": "queue", "state": "state"}  # fmt: skip
+               "worker": "worker", "queue": "queue", "state": "state",
+               "tenant": "tenant"}  # fmt: skip
 SEARCH_KEY = re.compile(rf"({'|'.join(SEARCH_KEYS)}):\S")
 SEARCH_SPLIT = re.compile(rf"\s+(?=(?:{'|'.join(SEARCH_KEYS)}):)")
 
@@ -249,6 +251,7 @@ class JobAdmin(ReadOnlyAdmin[Job]):
         "id",
         "type",
         "queue",
+        "tenant",
         "state_badge",
         "attempts",
         "priority",
@@ -262,14 +265,15 @@ class JobAdmin(ReadOnlyAdmin[Job]):
     ] = (
         "state",
         QueueFilter,
+        TenantFilter,
         TypeFilter,
         ("created_at", admin.DateFieldListFilter),
         FinishedFilter,
     )
     search_fields = ("type",)
     search_help_text = (
-        'A job id, a type, or filters: type:email.* args:[{"order_id": 42}] '
-        'meta:{"tenant": "acme"} error:SMTPError worker:<id> (combine them with spaces).'
+        'A job id, a type, or filters: type:email.* args:[{"order_id": 42}] tenant:acme '
+        'meta:{"region": "eu"} error:SMTPError worker:<id> (combine them with spaces).'
     )
     list_per_page = 50
     show_full_result_count = False  # no COUNT(*) over a large job table on every page
@@ -284,8 +288,8 @@ class JobAdmin(ReadOnlyAdmin[Job]):
     change_form_template = "admin/ojs/job/change_form.html"
     change_list_template = "admin/ojs/job/change_list.html"
     fieldsets = (
-        (None, {"fields": ("id", "type", "queue", "state_badge", "priority", "attempts",
-                           "tags", "dead_letter")}),
+        (None, {"fields": ("id", "type", "queue", "tenant", "state_badge", "priority",
+                           "attempts", "tags", "dead_letter")}),
         ("Times", {"fields": TIMES}),
         ("Payload", {"fields": ("args_json", "meta_json", "result_json")}),
         ("Errors", {"fields": ("error_history",)}),

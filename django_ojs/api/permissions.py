@@ -90,6 +90,8 @@ class Principal:
     key: ApiKey | None = None
     #: What a staff session may do (from its Django permissions); ``None``: its role's.
     allowed: frozenset[str] | None = None
+    #: Tenants whose jobs it may use (multi-tenancy §5); ``None``: every tenant.
+    tenants: tuple[str, ...] | None = None
 
     @property
     def operations(self) -> frozenset[str]:
@@ -104,6 +106,31 @@ class Principal:
 
     def may_use(self, queue: str) -> bool:
         return self.queues is None or validation.name_allowed(queue, self.queues)
+
+    def require_tenant(self, tenant: str, operation: str) -> None:
+        """Raise 403 unless this principal may use jobs of ``tenant`` (``""``: none)."""
+        if self.tenants is None or tenant in self.tenants:
+            return
+        named = f"tenant '{tenant}'" if tenant else "jobs without a tenant"
+        raise PermissionDenied(
+            f"Principal '{self.name}' does not have '{operation}' permission on {named}.",
+            details={
+                "principal": self.name,
+                "operation": operation,
+                "tenant_id": tenant,
+                "allowed_tenants": list(self.tenants),
+            },
+        )
+
+    def require_every_tenant(self) -> None:
+        """Raise 403 for a principal limited to some tenants: the endpoint shows every
+        tenant's jobs, events or figures (multi-tenancy §5)."""
+        if self.tenants is not None:
+            raise PermissionDenied(
+                f"Principal '{self.name}' is limited to some tenants; this endpoint spans "
+                "every tenant.",
+                details={"principal": self.name, "allowed_tenants": list(self.tenants)},
+            )
 
     def require_queue(self, queue: str, operation: str) -> None:
         """Raise 403 unless this principal may use ``queue`` (security §7.1, §15.2)."""
@@ -193,7 +220,10 @@ def principal(request: Request) -> Principal | None:
         return OPEN
     if isinstance(request.auth, ApiKey):
         key = request.auth
-        return Principal(key.principal, key.scope, tuple(key.queues) or None, key)
+        return Principal(
+            key.principal, key.scope, tuple(key.queues) or None, key,
+            tenants=tuple(key.tenants or ()) or None,
+        )  # fmt: skip
     user = request.user
     if user is not None and user.is_authenticated and user.is_active and user.is_staff:
         return staff_principal(user)

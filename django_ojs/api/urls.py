@@ -11,7 +11,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from django_ojs.api import views
 from django_ojs.api.views import admin as admin_views
-from django_ojs.api.views import admin_system
+from django_ojs.api.views import admin_system, admin_tenants
 from django_ojs.api.views import pools as pool_views
 from django_ojs.api.views.admin_ui import admin_ui
 
@@ -154,6 +154,18 @@ admin = [
         "scheduling/stats",
         pool_views.SchedulingStatsView.as_view(),
         name="admin-scheduling-stats",
+    ),
+    path("tenants", admin_tenants.TenantsView.as_view(), name="admin-tenants"),
+    path("tenants/<str:tenant_id>", admin_tenants.TenantDetailView.as_view(), name="admin-tenant"),
+    path(
+        "tenants/<str:tenant_id>/stats",
+        admin_tenants.TenantStatsView.as_view(),
+        name="admin-tenant-stats",
+    ),
+    path(
+        "tenants/<str:tenant_id>/jobs",
+        admin_tenants.TenantJobsView.as_view(),
+        name="admin-tenant-jobs",
     ),
     path("system/config", admin_system.SystemConfigView.as_view(), name="admin-system-config"),
     path(

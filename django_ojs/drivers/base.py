@@ -204,6 +204,7 @@ class Driver(ABC):
         source: str,
         ids: Sequence[Any] | None = None,
         durable: bool = True,
+        tenants: Sequence[str] | None = None,
     ) -> Written:
         """Atomically move up to ``limit`` available jobs of ``queue`` to ``active``.
 
@@ -211,7 +212,9 @@ class Driver(ABC):
         no limits (``Queue.limits``) are taken; with ``ids``, only those jobs (the ones the
         lifecycle chose under the limits).
 
-        Order: priority high→low, then FIFO (id); the returned jobs keep that order. Skips
+        Order: priority high→low, then virtual time (``vtime``: the tenants' turns, 0 for
+        jobs without a tenant), then FIFO (id); the returned jobs keep that order.
+        ``tenants``: only jobs of these tenants (an API key's, ``X-OJS-Tenant``). Skips
         paused queues and jobs past their ``stale_at``. Sets ``attempt += 1``,
         ``started_at``, ``worker_id``, ``heartbeat_at`` and the ``visible_until``,
         ``timeout_at`` (timeout + grace) and ``stalled_at`` deadlines from
@@ -263,6 +266,7 @@ class Driver(ABC):
         source: str,
         durable: bool = True,
         register: list[str] | None = None,
+        tenants: Sequence[str] | None = None,
     ) -> Written | None:
         """:meth:`claim` from ``queue``, but only when nothing of it is due or limited.
 
@@ -283,6 +287,7 @@ class Driver(ABC):
         return self.claim(
             queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
             defaults=defaults, fields=fields, events=events, source=source, durable=durable,
+            tenants=tenants,
         )  # fmt: skip
 
     @abstractmethod
@@ -450,6 +455,17 @@ class Driver(ABC):
     def distinct_types(self, jobs: QuerySet[Job], limit: int) -> list[str]:
         """Up to ``limit`` of the job types present, in order, for a filter menu."""
         return list(jobs.order_by("type").values_list("type", flat=True).distinct()[:limit])
+
+    @abstractmethod
+    def fair_bases(
+        self, keys: Sequence[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], tuple[float, float]]:
+        """For each (queue, tenant, priority): where the tenant's next turn starts (the
+        larger of the head and its tail, ``lifecycle.fairness``) and 1 / its weight."""
+
+    @abstractmethod
+    def distinct_tenants(self, after: str, limit: int) -> list[str]:
+        """Up to ``limit`` of the tenants jobs name, in order, after ``after``."""
 
     def count(self, rows: QuerySet[Any], exact_limit: int) -> tuple[int, bool]:
         """``(n, estimated)``: how many rows ``rows`` has. Here always exact; a driver may

@@ -24,7 +24,7 @@ from django_ojs.drivers.base import (
     job_rows,
     pushed_queues,
 )
-from django_ojs.models import Event, Job, Queue, Worker
+from django_ojs.models import Event, Job, Queue, Tenant, Worker
 from django_ojs.policy import elapsed_ms
 from django_ojs.states import RELEASED_FIELDS, TERMINAL_STATES, JobState
 from django_ojs.validation import split_patterns
@@ -72,6 +72,44 @@ class OrmDriver(Driver):
             .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
             .order_by("-priority", "id")
             .values_list("id", "rate_key", "rate_limit")[:limit]
+        )
+
+    def fair_bases(
+        self, keys: Sequence[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], tuple[float, float]]:
+        """For each (queue, tenant, priority): the larger of the smallest ``vtime`` of the
+        tenanted jobs waiting in that queue and priority (its head) and the largest of
+        that tenant's (its tail), and 1 / the tenant's weight (``lifecycle.fairness``).
+
+        Two index probes per key: the head along ojs_job_claim_idx, the tail along
+        ojs_job_tenant_claim_idx (backwards); the weights in one read.
+        """
+        jobs = Job.objects.using(self.using).filter(state="available")
+        weights = dict(
+            Tenant.objects.using(self.using)
+            .filter(tenant_id__in={tenant for _, tenant, _ in keys})
+            .values_list("tenant_id", "weight")
+        )
+        out = {}
+        for queue, tenant, priority in keys:
+            at = jobs.filter(queue=queue, priority=priority)
+            head = at.filter(vtime__gt=0).order_by("vtime").values_list("vtime", flat=True)
+            tail = at.filter(tenant=tenant).exclude(tenant="").order_by("-vtime")
+            out[(queue, tenant, priority)] = (
+                max(head.first() or 0.0, tail.values_list("vtime", flat=True).first() or 0.0),
+                1.0 / weights.get(tenant, 1.0),
+            )
+        return out
+
+    def distinct_tenants(self, after: str, limit: int) -> list[str]:
+        """Up to ``limit`` of the tenants jobs name, in order, after ``after``."""
+        return list(
+            Job.objects.using(self.using)
+            .filter(tenant__gt=after)
+            .exclude(tenant="")
+            .order_by("tenant")
+            .values_list("tenant", flat=True)
+            .distinct()[:limit]
         )
 
     def lock_rows(self, queryset: QuerySet[Job], *, limit: int, skip_locked: bool) -> list[Job]:

@@ -69,17 +69,19 @@ class SQLiteDriver(OrmDriver):
         source: str,
         ids: Sequence[Any] | None = None,
         durable: bool = True,  # SQLite commits as its own synchronous pragma says
+        tenants: Sequence[str] | None = None,
     ) -> Written:
         # Without ids: jobs free of limits, in queues free of limits; with ids: those jobs.
         gate = Q(paused=True) if ids is not None else Q(paused=True) | Q(limits__isnull=False)
         if Queue.objects.using(self.using).filter(gate, name=queue).exists():
             return Written()
+        available = Job.objects.using(self.using).filter(state="available", queue=queue)
+        if tenants is not None:
+            available = available.filter(tenant__in=list(tenants)).exclude(tenant="")
         candidates = list(
-            Job.objects.using(self.using)
-            .filter(state="available", queue=queue)
-            .filter(Q(rate_key__isnull=True) if ids is None else Q(pk__in=list(ids)))
+            available.filter(Q(rate_key__isnull=True) if ids is None else Q(pk__in=list(ids)))
             .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
-            .order_by("-priority", "id")[:limit]
+            .order_by("-priority", "vtime", "id")[:limit]
         )
         claimed = []
         for job in candidates:

@@ -92,6 +92,13 @@ from django_ojs.lifecycle.system import (
     maintenance_status,
     set_maintenance,
 )
+from django_ojs.lifecycle.tenants import (
+    delete_tenant,
+    set_tenant,
+    tenant_ids,
+    tenant_stats,
+    weight_of,
+)
 from django_ojs.lifecycle.webhooks import any_active as any_active_webhook
 from django_ojs.lifecycle.webhooks import check_url as check_webhook_url
 from django_ojs.lifecycle.webhooks import create as create_webhook
@@ -150,6 +157,7 @@ __all__ = [
     "delete_cron",
     "delete_discarded",
     "delete_pool",
+    "delete_tenant",
     "delete_webhook",
     "deregister",
     "discard",
@@ -219,9 +227,13 @@ __all__ = [
     "set_maintenance",
     "set_queue_limits",
     "set_queue_retention",
+    "set_tenant",
     "sync_cron",
+    "tenant_ids",
+    "tenant_stats",
     "unpartition_tables",
     "update_webhook",
     "wait",
+    "weight_of",
     "workflow_tree",
 ]

@@ -26,6 +26,7 @@ from django_ojs.lifecycle.workers import stopping
 from django_ojs.models import Job, Queue, RateLimitState
 from django_ojs.policy import configured
 from django_ojs.states import JobState
+from django_ojs.tenancy import validate_tenants
 from django_ojs.validation import (
     duration_ms,
     validate_fetch_count,
@@ -43,6 +44,7 @@ def fetch(
     fields: Sequence[str] | None = None,
     register: bool = True,
     using: str | None = None,
+    tenants: Sequence[str] | None = None,
 ) -> list[Job]:
     """Claim up to ``count`` available jobs and return them ``active``.
 
@@ -69,12 +71,15 @@ def fetch(
     register:
         Create or refresh the worker's row (the default). The in-process worker registers
         when it starts and heartbeats on its own, so its fetches skip this write.
+    tenants:
+        Claim only jobs of these tenants (``None``: any job). Within a queue and a
+        priority, the tenants whose jobs wait take turns (fair scheduling §9).
     """
     queues = validate_queues(queues)  # first, as the errors of HTTP fetches come
     count = validate_fetch_count(count)
     prepared = Fetch(
         queues, worker_id=worker_id, visibility_timeout=visibility_timeout, fields=fields,
-        register=register, using=using,
+        register=register, using=using, tenants=tenants,
     )  # fmt: skip
     return prepared(count)
 
@@ -97,8 +102,10 @@ class Fetch:
         fields: Sequence[str] | None = None,
         register: bool = True,
         using: str | None = None,
+        tenants: Sequence[str] | None = None,
     ):
         self.using = db(using)
+        self.tenants = None if tenants is None else validate_tenants(list(tenants))
         # Keep the order, drop repeats.
         self.queues = list(dict.fromkeys(validate_queues(queues)))
         self.worker_id = validate_worker_id(worker_id)
@@ -129,6 +136,7 @@ class Fetch:
             "fields": self.fields,
             "events": events.mode(),
             "source": settings.EVENT_SOURCE,
+            "tenants": self.tenants,
             # A claim lost in a database crash leaves its job available: it is claimed
             # again, as after a worker's crash, and nothing is lost. So a fetch's own
             # transaction need not wait for its WAL to reach disk (unless

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django_ojs import envelope, failure
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import InvalidTransition
-from django_ojs.lifecycle import events
+from django_ojs.lifecycle import events, fairness
 from django_ojs.lifecycle.settle import discard_with, settle_failure
 from django_ojs.lifecycle.store import db
 from django_ojs.lifecycle.workers import stale_before
@@ -59,6 +59,7 @@ def promote_due(
         jobs = get_driver(using).promote_due(now=now, queues=queues, wait=wait, limit=BATCH)
         if not jobs:
             return 0
+        fairness.restamp(jobs, using)  # the tenants' jobs take their turns from now
         # job.enqueued marks the entry into 'available' of a scheduled job; a retry's
         # return to the queue was announced by job.retrying.
         events.emit_many(

@@ -223,9 +223,12 @@ class PoolFetch:
         fields: Sequence[str] | None = None,
         register: bool = True,
         using: str | None = None,
+        tenants: Sequence[str] | None = None,
     ):
         self.using = db(using)
         self.name = validate_pool_name(pool)
+        #: Claim only these tenants' jobs (``None``: any job), as ``fetch(tenants=...)``.
+        self.tenants = tenants
         self.worker_id = validate_worker_id(worker_id)
         self.visibility_timeout = visibility_timeout
         duration_ms(visibility_timeout, "visibility_timeout")  # validated once, here
@@ -245,7 +248,7 @@ class PoolFetch:
         if found is None:
             found = self.fetches[queue] = Fetch(
                 [queue], worker_id=self.worker_id, visibility_timeout=self.visibility_timeout,
-                fields=self.fields, register=False, using=self.using,
+                fields=self.fields, register=False, using=self.using, tenants=self.tenants,
             )  # fmt: skip
         return found
 
@@ -359,9 +362,11 @@ def fetch_with_policy(
     worker_id: str | None = None,
     visibility_timeout: float | timedelta | None = None,
     using: str | None = None,
+    tenants: Sequence[str] | None = None,
 ) -> list[Job]:
     """FETCH with the worker's own ``strategy`` and ``weights`` (§5.2: "workers MAY
-    specify their queue preferences in the FETCH request"), for a worker in no pool."""
+    specify their queue preferences in the FETCH request"), for a worker in no pool;
+    ``tenants`` as for :func:`~django_ojs.lifecycle.claim.fetch`."""
     using = db(using)
     if in_maintenance(using=using):
         return []
@@ -384,7 +389,7 @@ def fetch_with_policy(
             # The first claim records the worker's sign of life, as a plain fetch does.
             fetches[queue] = Fetch(
                 [queue], worker_id=worker_id, visibility_timeout=visibility_timeout,
-                register=not registered, using=using,
+                register=not registered, using=using, tenants=tenants,
             )  # fmt: skip
             registered = True
         return fetches[queue]

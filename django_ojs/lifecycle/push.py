@@ -9,20 +9,22 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeGuard
 
 from django.db import transaction
 from django.utils import timezone
 
-from django_ojs import middleware
+from django_ojs import middleware, tenancy
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec, check_plain_size, plain_fit, unsized_plain
 from django_ojs.exceptions import DuplicateJob, EnvelopeTooLarge, OJSError, ValidationError
-from django_ojs.lifecycle import events
+from django_ojs.lifecycle import events, fairness
 from django_ojs.lifecycle.rows import (
     build_spec,
+    check_tenants,
     check_types,
     job_row,
     job_rows,
@@ -67,6 +69,9 @@ def push_many(
         specs = survivors
     if not specs:
         return []
+    if tenancy.current() is not None:
+        specs = [_carried(spec) for spec in specs]
+    check_tenants(specs)
     given = [spec.id for spec in specs if spec.id in given_ids]
     if any(spec.unique_policy is not None for spec in specs):
         return _push_unique(specs, job_rows(specs, now, default_max_attempts), given, now, using)
@@ -75,6 +80,8 @@ def push_many(
     # One atomic statement on PostgreSQL: no transaction of our own (a savepoint inside
     # the caller's transaction would add two round trips to the hot path).
     job = job_row(specs[0], now, default_max_attempts)
+    if job.tenant:
+        fairness.stamp([job], fairness.turns(fairness.keys_of_specs(specs), using))
     written = get_driver(using).push_one(
         job,
         available=job.state == JobState.AVAILABLE,
@@ -93,6 +100,12 @@ def push_many(
 #: machine 1,000 jobs took as long in batches of 50 to 500, validated first or batch by
 #: batch; 125 was kept.
 PUSH_BATCH = 125
+
+
+def _carried(spec: JobSpec) -> JobSpec:
+    """``spec`` with the current tenant (``django_ojs.tenant``) when it names none."""
+    meta = tenancy.carried(spec.meta)
+    return spec if meta is None else replace(spec, meta=meta)
 
 
 def _push_batches(
@@ -117,8 +130,11 @@ def _push_batches(
     with _collector_paused(len(items)), transaction.atomic(using=using):
         if given:
             _refuse_duplicates(list(given), using)
+        # Where the tenants stand, read before the first batch goes (streamed items have
+        # no tenant: see _streams).
+        turns = None if validate else fairness.turns(fairness.keys_of_specs(items), using)
         written = get_driver(using).push_many(
-            _batches(items, now, rows, validate=validate),
+            _batches(items, now, rows, validate=validate, turns=turns),
             now=now,
             events=events.mode(),
             source=settings.EVENT_SOURCE,
@@ -157,16 +173,24 @@ def _collector_paused(size: int) -> Iterator[None]:
 
 
 def _batches(
-    items: Sequence[Any], now: datetime, made: list[Job], *, validate: bool
+    items: Sequence[Any],
+    now: datetime,
+    made: list[Job],
+    *,
+    validate: bool,
+    turns: fairness.Turns | None = None,
 ) -> Iterator[list[Job]]:
     """The rows of ``items`` (:func:`job_rows`), :data:`PUSH_BATCH` at a time, each
-    batch validated first (:func:`_specs`) when asked, and added to ``made``."""
+    batch validated first (:func:`_specs`) when asked, and added to ``made``; the rows of
+    tenants get their turns from ``turns`` (:func:`fairness.stamp`)."""
     default_max_attempts = default_retry_policy().max_attempts
     for start in range(0, len(items), PUSH_BATCH):
         chunk = items[start : start + PUSH_BATCH]
         plain: list[int] = []
         specs = _specs(chunk, start, plain) if validate else chunk
         rows = job_rows(specs, now, default_max_attempts, frozenset(i - start for i in plain))
+        if turns:
+            fairness.stamp(rows, turns)
         made.extend(rows)
         yield rows
 
@@ -229,6 +253,7 @@ def _push_unique(
             inserts.append(row)
             results.append(row)
         if inserts:
+            fairness.stamp(inserts, fairness.turns(fairness.keys_of_specs(specs), using))
             written = driver.push_many(
                 [inserts],
                 now=now,
@@ -394,7 +419,10 @@ def _streams(item: Any) -> bool:
     """An item that may be validated batch by batch (:func:`_push_batches`): a dict with
     a type, without an id or a unique policy (both are checked against the whole push
     before it is written)."""
-    return item.__class__ is dict and "type" in item and "id" not in item and "unique" not in item
+    if item.__class__ is not dict or "type" not in item or "id" in item or "unique" in item:
+        return False
+    meta = item.get("meta")
+    return not (isinstance(meta, dict) and "tenant_id" in meta)  # a tenant's: see fairness
 
 
 def _streamable(items: list[Any]) -> TypeGuard[list[dict[str, Any]]]:
@@ -405,6 +433,8 @@ def _streamable(items: list[Any]) -> TypeGuard[list[dict[str, Any]]]:
         len(items) > 1
         and all(map(_streams, items))
         and settings.ALLOWED_JOB_TYPES is None
+        and not settings.TENANT_REQUIRED
+        and tenancy.current() is None
         and not middleware.enqueue_chain().enqueue_needed()
     )
 

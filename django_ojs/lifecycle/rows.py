@@ -13,11 +13,12 @@ from typing import Any
 from django_ojs import envelope, ids, middleware, validation
 from django_ojs.conf import settings
 from django_ojs.envelope import JobSpec
-from django_ojs.exceptions import ValidationError
+from django_ojs.exceptions import TenantRequired, ValidationError
 from django_ojs.models import Job, unsaved_job, unsaved_jobs
 from django_ojs.policy import default_retry_policy, ms_delta
 from django_ojs.retry import RetryPolicy
 from django_ojs.states import JobState
+from django_ojs.tenancy import tenant_of
 
 
 def _earliest(*values: datetime | None) -> datetime | None:
@@ -108,6 +109,7 @@ def _values(spec: JobSpec, now: datetime, default_max_attempts: int, id_: Any) -
         "rate_key": spec.rate_key,
         "schema": spec.schema,
         "tags": spec.tags,
+        "tenant": tenant_of(spec.meta),
         "extra": spec.extra,
         "timeout_ms": spec.timeout_ms,
         "visibility_timeout_ms": spec.visibility_timeout_ms,
@@ -201,6 +203,20 @@ def check_types(specs: list[JobSpec]) -> None:
                 exc.message = f"jobs[{index}]: {exc.message}"
                 exc.args = (exc.message,)
             raise
+
+
+def check_tenants(specs: list[JobSpec]) -> None:
+    """Refuse jobs without a tenant when ``OJS_TENANT_REQUIRED`` (multi-tenancy §5.1)."""
+    if not settings.TENANT_REQUIRED:
+        return
+    for index, spec in enumerate(specs):
+        if not tenant_of(spec.meta):
+            exc = TenantRequired()
+            if len(specs) > 1:
+                exc.details["index"] = index
+                exc.message = f"jobs[{index}]: {exc.message}"
+                exc.args = (exc.message,)
+            raise exc
 
 
 def build_spec(

@@ -15,7 +15,9 @@ from django_ojs import states
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import InvalidTransition, JobNotFound, ReservationMismatch
+from django_ojs.lifecycle import fairness
 from django_ojs.models import Job
+from django_ojs.states import JobState
 
 #: The fields that end a reservation, written when an attempt settles.
 RELEASE: dict[str, Any] = dict.fromkeys(states.RELEASED_FIELDS)
@@ -72,6 +74,11 @@ def cas(job: Job, operation: str, using: str, **fields: Any) -> Job:
     target = fields.get("state")
     if target is not None and target != job.state and not states.can_transition(job.state, target):
         raise InvalidTransition(job.id, job.state, operation, {job.state})
+    if target == JobState.AVAILABLE and job.state != JobState.AVAILABLE:
+        # A tenant's job takes its turn now (fair scheduling), not its old one.
+        turn = fairness.next_turn(fields.get("queue", job.queue), job.tenant, job.priority, using)
+        if turn is not None:
+            fields = {**fields, "vtime": turn}
     changed = get_driver(using).update_if(
         job.pk, state=job.state, attempt=job.attempt, fields=fields
     )

@@ -28,6 +28,7 @@ from django_ojs.models.system import (
     WebhookCursor,
     WebhookSubscription,
 )
+from django_ojs.models.tenants import Tenant
 from django_ojs.models.workers import Queue, RateLimitState, Worker, WorkerQuerySet
 from django_ojs.models.workflows import Workflow
 
@@ -48,6 +49,7 @@ __all__ = [
     "Maintenance",
     "Queue",
     "RateLimitState",
+    "Tenant",
     "WebhookCursor",
     "WebhookSubscription",
     "Worker",

@@ -88,6 +88,12 @@ class Job(models.Model):
     rate_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = no limit
     schema = models.CharField(max_length=512, null=True, blank=True)  # noqa: DJ001 - absent ≠ ""
     tags = models.JSONField(default=list, blank=True)
+    #: The job's tenant (multi-tenancy §5): ``meta.tenant_id``, kept in a column so that
+    #: claims, filters and the admin read it from an index; ``""`` for a job without one.
+    tenant = models.CharField(max_length=255, default="", blank=True)
+    #: The job's virtual time in its queue (fair scheduling, see fairness.py): claims take
+    #: jobs by priority, then by this, then by id. 0 for a job without a tenant.
+    vtime = models.FloatField(default=0.0)
     #: Unknown client attributes, preserved and returned (core §5.5.4).
     extra = models.JSONField(default=dict, blank=True)
 
@@ -174,12 +180,29 @@ class Job(models.Model):
         db_table = "ojs_job"
         ordering = ["-id"]
         indexes = [
-            # The claim: an index scan in (queue, priority DESC, id) order over available
-            # jobs only (OJS core §7.2: queue order, then priority, then FIFO).
+            # The claim: an index scan in (queue, priority DESC, vtime, id) order over
+            # available jobs only (OJS core §7.2: queue order, then priority, then FIFO;
+            # fair scheduling §9.3: tenants take turns within a priority, by vtime, which
+            # is 0 for every job without a tenant, so those stay in id order).
             models.Index(
-                fields=["queue", "-priority", "id"],
+                fields=["queue", "-priority", "vtime", "id"],
                 name="ojs_job_claim_idx",
                 condition=Q(state="available"),
+            ),
+            # A tenant's available jobs in claim order: a fetch limited to some tenants
+            # (an API key's, the X-OJS-Tenant header), and a tenant's last virtual time
+            # in a queue and priority, which a push reads (fairness.stamp).
+            models.Index(
+                fields=["queue", "tenant", "-priority", "vtime", "id"],
+                name="ojs_job_tenant_claim_idx",
+                condition=Q(state="available") & ~Q(tenant=""),
+            ),
+            # A tenant's jobs by state: the admin's filter, the job list and the tenants'
+            # statistics (only jobs that have a tenant take an entry).
+            models.Index(
+                fields=["tenant", "state"],
+                name="ojs_job_tenant_idx",
+                condition=~Q(tenant=""),
             ),
             models.Index(
                 fields=["scheduled_at"],

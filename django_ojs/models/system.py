@@ -95,6 +95,9 @@ class ApiKey(models.Model):
     scope = models.CharField(max_length=16, choices=Scope.choices)
     #: Queues the key may use (names, or ``prefix*``); empty: every queue (security §7.1).
     queues = models.JSONField(default=list, blank=True)
+    #: Tenants whose jobs the key may enqueue, fetch, read and cancel (multi-tenancy §5);
+    #: empty: every tenant, and jobs without one.
+    tenants = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)

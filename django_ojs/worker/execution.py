@@ -11,10 +11,11 @@ import asyncio
 import traceback
 from typing import Any
 
-from django_ojs import failure, middleware, validation
+from django_ojs import failure, middleware, tenancy, validation
 from django_ojs.context import JobCancelled, JobContext, JobError
 from django_ojs.exceptions import NotStorable, ValidationError
 from django_ojs.registry import Handler
+from django_ojs.tenancy import tenant_of
 from django_ojs.worker.messages import Outcome
 
 #: An exception's backtrace keeps the innermost frames (failure entries stay readable).
@@ -134,7 +135,9 @@ def run(handler: Handler, args: list[Any], ctx: JobContext) -> Outcome:
 
     try:
         chain = middleware.execution_chain()
-        result = chain.run_execution(ctx.view, ctx, invoke) if len(chain) else invoke()
+        # The jobs the handler enqueues are its job's tenant's (multi-tenancy §15.2).
+        with tenancy.use(tenant_of(ctx.summary.get("meta"))):
+            result = chain.run_execution(ctx.view, ctx, invoke) if len(chain) else invoke()
     except (JobCancelled, asyncio.CancelledError) as exc:
         if ctx.cancel_error is not None:
             return Outcome(False, error=dict(ctx.cancel_error), requeue=ctx.cancel_requeue)

@@ -254,3 +254,52 @@ def test_an_event_is_found_by_its_id_through_the_time_index():
     found = captured.offenders()
     assert not found, "\n".join(found)
     assert captured.explained == 3  # one probe that found it, two that did not
+
+
+def test_tenants_pushes_claims_and_reads_use_indexes(layout):
+    """Fair claims (fair scheduling §9): a tenant's push reads its turn in two index
+    probes, a claim walks ojs_job_claim_idx in (priority, vtime, id) order, a fetch for
+    some tenants ojs_job_tenant_claim_idx, and the admin's tenant reads their indexes."""
+    django_ojs.enqueue_many(
+        [{"type": "hot.t", "args": [i], "meta": {"tenant_id": f"t{i % 3}"}} for i in range(30)]
+    )
+    django_ojs.enqueue("hot.later", [1], meta={"tenant_id": "t1"}, scheduled_at=timedelta(hours=1))
+    with Statements() as captured:
+        django_ojs.enqueue("hot.one", [1], meta={"tenant_id": "t0"})
+        django_ojs.enqueue_many(
+            [{"type": "hot.t", "args": [i], "meta": {"tenant_id": "t2"}} for i in range(5)]
+        )
+        claimed = lifecycle.fetch(["default"], 4, worker_id="w-fair")
+        scoped = lifecycle.fetch(["default"], 2, worker_id="w-fair", tenants=["t1"])
+        lifecycle.promote_due(now=timezone.now() + timedelta(hours=2))
+        lifecycle.tenant_ids(limit=10)
+        lifecycle.tenant_stats("t0")
+    assert len(claimed) == 4 and {j.tenant for j in scoped} == {"t1"}
+    found = captured.offenders()
+    assert not found, "\n".join(found)
+    assert captured.explained >= 10
+    # The claim is an ordered walk of the claim index: no sort of the waiting jobs.
+    claims = [(sql, p) for sql, p in captured.seen if "next AS (" in sql and "SKIP LOCKED" in sql]
+    assert claims
+    for sql, params in claims:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("SET LOCAL enable_bitmapscan = off")
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+            (plan,) = cursor.fetchone()
+        if isinstance(plan, str):
+            plan = json.loads(plan)
+        sorts = _sorts(plan[0]["Plan"])
+        assert not sorts, (sorts, sql[:300])
+        # The claim indexes, or their copies on the partitions (named by their columns).
+        walked = _job_reads(plan[0]["Plan"]) - {"Seq Scan"}
+        ordered = {"ojs_job_claim_idx", "ojs_job_tenant_claim_idx"}
+        assert any(r in ordered or "vtime" in r for r in walked), (walked, sql[:300])
+
+
+def _sorts(node: dict) -> list[str]:
+    """The sort keys of the plan's Sort nodes."""
+    found = [str(node.get("Sort Key"))] if node["Node Type"] == "Sort" else []
+    for child in node.get("Plans", []):
+        found += _sorts(child)
+    return found

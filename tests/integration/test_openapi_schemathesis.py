@@ -7,7 +7,8 @@ an admin key; the only check is ``not_a_server_error``. Every operation django-o
 is in: the core binding, cron, workflows and the admin API. What it does not serve (the
 debug endpoints, per-job and per-queue event streams, the WebSocket) is left out: 404s.
 ``tests/openapi-extensions.yaml`` describes, the same way, what django-ojs serves beyond
-that schema: the bulk-operations extension, maintenance mode and worker pools.
+that schema: the bulk-operations extension, maintenance mode, worker pools and the admin
+API's tenants.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def test_no_operation_answers_5xx(case: Any, app: WSGIHandler, auth: dict[str, s
     )
 
 
-def test_the_extensions_schema_covers_bulk_maintenance_and_pools():
-    assert len(list(extensions.get_all_operations())) == 11
+def test_the_extensions_schema_covers_bulk_maintenance_pools_and_tenants():
+    assert len(list(extensions.get_all_operations())) == 17
 
 
 @extensions.parametrize()

@@ -7,7 +7,8 @@ enforce"), checked on the source with ``ast``.
 * No module imports a private (``_name``) name from another module.
 * ``models`` imports nothing from the layers above it.
 * The OJS rules stand alone: the pure modules (:data:`PURE`: states, the envelope,
-  retry, schedule, unique, rate limits, policy, validation, ids, exceptions, failure)
+  retry, schedule, unique, rate limits, policy, validation, ids, exceptions, failure,
+  tenancy)
   import only each other, ``conf`` and ``types`` of django-ojs, and nothing of
   ``django.db``: no model, no database, no HTTP.
 * Only the drivers know the database: no module outside ``django_ojs.drivers`` (and the
@@ -178,6 +179,7 @@ PURE = (
     "django_ojs.exceptions",
     "django_ojs.failure",
     "django_ojs.scheduling",
+    "django_ojs.tenancy",
 )
 PURE_MAY_USE = (*PURE, "django_ojs.conf", "django_ojs.types")
 

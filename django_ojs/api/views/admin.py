@@ -68,11 +68,15 @@ class AdminView(OJSView):
         """The jobs the caller may see: all of them, or those of its key's queues."""
         allowed = self.queue_filter(request)
         jobs = _jobs(self.reading(request))
-        return jobs if allowed is None else jobs.filter(allowed)
+        jobs = jobs if allowed is None else jobs.filter(allowed)
+        tenants = self.tenant_filter(request)
+        return jobs if tenants is None else jobs.filter(tenants)
 
     def require_every_queue(self, request: Any) -> None:
-        """403 for a key limited to some queues: this endpoint spans every queue."""
+        """403 for a key limited to some queues, or to some tenants: this endpoint spans
+        every queue and every tenant."""
         who = self.principal(request)
+        who.require_every_tenant()
         if who.queues is not None:
             raise PermissionDenied(
                 f"Principal '{who.name}' is limited to some queues; this admin endpoint "
@@ -101,7 +105,7 @@ def _page(params: Any) -> tuple[int, int]:
     return number("page", 1, 10**9), number("per_page", PER_PAGE, MAX_PER_PAGE)
 
 
-def _paginate(items: Any, params: Any, *, keyset: bool = False) -> tuple[list[Any], dict[str, Any]]:
+def paginate(items: Any, params: Any, *, keyset: bool = False) -> tuple[list[Any], dict[str, Any]]:
     """One page of ``items``: ``page``/``per_page`` (OFFSET), or ``cursor`` for job lists.
 
     ``total`` is exact up to ``jobquery.EXACT_COUNT_LIMIT`` rows and PostgreSQL's estimate
@@ -131,12 +135,14 @@ def _paginate(items: Any, params: Any, *, keyset: bool = False) -> tuple[list[An
     return chunk, meta
 
 
-def _summary(job: Job) -> dict[str, Any]:
+def job_summary(job: Job) -> dict[str, Any]:
     ts = envelope.format_timestamp
     out = {
         "id": str(job.id), "type": job.type, "queue": job.queue, "state": job.state,
         "priority": job.priority, "attempt": job.attempt, "created_at": ts(job.created_at),
     }  # fmt: skip
+    if job.tenant:
+        out["tenant_id"] = job.tenant
     for name in ("scheduled_at", "started_at", "completed_at", "discarded_at", "cancelled_at"):
         value = getattr(job, name)
         if value is not None:
@@ -286,7 +292,7 @@ class QueuesView(AdminView):
         using = self.reading(request)
         listed = queues.list_queues(with_counts=True, using=using)
         every = [i for i in listed if who.may_use(i.name)]
-        items, page = _paginate(every, request.query_params)
+        items, page = paginate(every, request.query_params)
         return Response({"items": [_queue(i, using=using) for i in items], "pagination": page})
 
 
@@ -372,8 +378,8 @@ class JobsView(AdminView):
         params = request.query_params
         jobs = jobquery.JobFilter.parse(params, extra=LIST_PARAMS).apply(self.jobs(request))
         jobs = jobquery.order(jobs, params)
-        items, page = _paginate(jobs, params, keyset=True)
-        return Response({"items": [_summary(j) for j in items], "pagination": page})
+        items, page = paginate(jobs, params, keyset=True)
+        return Response({"items": [job_summary(j) for j in items], "pagination": page})
 
 
 def _job(job_id: str) -> Job:
@@ -470,7 +476,7 @@ class WorkersView(AdminView):
         self.require_every_queue(request)
         stale = _stale_before()
         workers = Worker.objects.using(self.reading(request)).order_by("id")
-        items, page = _paginate(workers, request.query_params)
+        items, page = paginate(workers, request.query_params)
         every = [_worker(w, stale_before=stale) for w in workers]
         summary = Counter(w["state"] for w in every)
         return Response(
@@ -497,7 +503,7 @@ class WorkerView(AdminView):
         worker = _found_worker(worker_id)
         out = _worker(worker, stale_before=_stale_before())
         jobs = _jobs().filter(worker_id=worker.id, state=JobState.ACTIVE)[:MAX_PER_PAGE]
-        out["jobs"] = [_summary(j) for j in jobs]
+        out["jobs"] = [job_summary(j) for j in jobs]
         return Response(out)
 
     def delete(self, request: Any, worker_id: str) -> Response:
@@ -537,8 +543,8 @@ class DeadLetterView(AdminView):
             self.jobs(request).dead_letter()
         )
         jobs = jobquery.order(jobs, params)
-        items, page = _paginate(jobs, params, keyset=True)
-        return Response({"items": [_summary(j) for j in items], "pagination": page})
+        items, page = paginate(jobs, params, keyset=True)
+        return Response({"items": [job_summary(j) for j in items], "pagination": page})
 
     def delete(self, request: Any) -> Response:
         body = self.body(request)

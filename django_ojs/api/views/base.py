@@ -22,8 +22,15 @@ from django_ojs.actors import Actor
 from django_ojs.api import exceptions, permissions, throttling, wire
 from django_ojs.api.serializers import require_object
 from django_ojs.conf import settings
-from django_ojs.exceptions import InvalidRequest, NotFound, Unsupported, ValidationError
+from django_ojs.exceptions import (
+    InvalidRequest,
+    JobNotFound,
+    NotFound,
+    Unsupported,
+    ValidationError,
+)
 from django_ojs.models import Job
+from django_ojs.tenancy import TenantConflict, validate_tenant, with_tenant
 
 BODY_METHODS = ("POST", "PUT", "PATCH")
 
@@ -141,24 +148,81 @@ class OJSView(APIView):
         self.principal(request).require_queue(queue, operation)
 
     def require_job_queue(self, request: Any, job_id: Any, operation: str) -> None:
-        """403 unless the caller's key may use the queue of job ``job_id``.
+        """403 unless the caller's key may use the queue of job ``job_id``; 404 when the
+        job is of a tenant outside the caller's (:meth:`tenant_scope`), as if it did
+        not exist.
 
         An unknown or malformed id passes: the core call then answers 404 as usual.
         """
         who = self.principal(request)
-        if who.queues is None:
+        scope = self.tenant_scope(request)
+        if who.queues is None and scope is None:
             return
         try:
-            queue = (
+            found = (
                 Job.objects.using(settings.DATABASE)
                 .filter(pk=job_id)
-                .values_list("queue", flat=True)
+                .values_list("queue", "tenant")
                 .first()
             )
         except (ValueError, TypeError, DjangoValidationError):
             return
-        if queue is not None:
-            who.require_queue(queue, operation)
+        if found is None:
+            return
+        queue, tenant = found
+        if scope is not None and tenant not in scope:
+            raise JobNotFound(str(job_id))
+        who.require_queue(queue, operation)
+
+    # ------------------------------------------------------ tenants (multi-tenancy §5)
+
+    def request_tenant(self, request: Any) -> str | None:
+        """The ``X-OJS-Tenant`` header's tenant (400 when malformed, 403 when the caller's
+        key may not use it), or ``None`` without the header."""
+        raw = request.META.get("HTTP_X_OJS_TENANT")
+        if raw is None:
+            return None
+        tenant = validate_tenant(raw.strip(), field="X-OJS-Tenant")
+        self.principal(request).require_tenant(tenant, "use")
+        return tenant
+
+    def tenant_scope(self, request: Any) -> tuple[str, ...] | None:
+        """The tenants whose jobs this request may see and change: the header's, else the
+        key's allowlist; ``None``: every job."""
+        if not hasattr(request, "_ojs_tenants"):
+            header = self.request_tenant(request)
+            request._ojs_tenants = (header,) if header else self.principal(request).tenants
+        scope: tuple[str, ...] | None = request._ojs_tenants
+        return scope
+
+    def tenant_filter(self, request: Any) -> Q | None:
+        """A filter keeping the jobs of the caller's tenants; ``None``: all of them."""
+        scope = self.tenant_scope(request)
+        return None if scope is None else Q(tenant__in=list(scope))
+
+    def enqueue_tenant(self, request: Any) -> str | None:
+        """The tenant of the jobs this request enqueues without one: the header's, else
+        the key's when it has only one (multi-tenancy §5.2, API key mapping)."""
+        tenant = self.request_tenant(request)
+        if tenant is None:
+            tenants = self.principal(request).tenants
+            tenant = tenants[0] if tenants is not None and len(tenants) == 1 else None
+        return tenant
+
+    def enqueue_body(self, request: Any, body: Any) -> Any:
+        """An enqueue request's job with the request's tenant (:meth:`enqueue_tenant`) as
+        its ``meta.tenant_id``: 400 when the job names another than the header (§5.3);
+        one naming another than its key's is left for :meth:`require_job_tenant` (403)."""
+        if self.request_tenant(request) is not None:
+            return with_tenant(body, self.enqueue_tenant(request))
+        try:
+            return with_tenant(body, self.enqueue_tenant(request))
+        except TenantConflict:
+            return body
+
+    def require_job_tenant(self, request: Any, tenant: str, operation: str) -> None:
+        """403 unless the caller may enqueue a job of ``tenant`` (its key's allowlist)."""
+        self.principal(request).require_tenant(tenant, operation)
 
     def queue_filter(self, request: Any, field: str = "queue") -> Q | None:
         """A filter keeping the rows of queues the caller may use; ``None``: all of them."""

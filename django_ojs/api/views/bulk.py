@@ -24,6 +24,7 @@ from django_ojs.exceptions import BatchSizeExceeded, InvalidRequest, OJSError, V
 from django_ojs.models import Job
 from django_ojs.policy import default_retry_policy
 from django_ojs.states import TERMINAL_STATES, JobState
+from django_ojs.tenancy import tenant_of
 from django_ojs.validation import check_text
 
 #: Which jobs a filter selects when it names no state (§6.1; §7 and §8 by their rules).
@@ -108,9 +109,12 @@ class BulkEnqueueView(BulkView):
             for item in jobs:
                 try:
                     spec = envelope.from_wire(
-                        item, max_bytes=settings.MAX_ENVELOPE_BYTES, retry_base=retry_base
+                        self.enqueue_body(request, item),
+                        max_bytes=settings.MAX_ENVELOPE_BYTES,
+                        retry_base=retry_base,
                     )
                     self.require_queue(request, spec.queue, ENQUEUE)
+                    self.require_job_tenant(request, tenant_of(spec.meta), ENQUEUE)
                     specs.append(spec)
                 except OJSError as exc:
                     specs.append(exc)
@@ -190,6 +194,8 @@ class BulkChangeView(BulkView):
         allowed = self.queue_filter(request)
         if allowed is not None:
             jobs = jobs.filter(allowed)
+        if (tenants := self.tenant_filter(request)) is not None:
+            jobs = jobs.filter(tenants)
         limit = settings.BULK_MAX_ITEMS
         ids = [str(i) for i in jobs.order_by("id").values_list("id", flat=True)[: limit + 1]]
         if len(ids) > limit:

@@ -19,6 +19,7 @@ from django_ojs.api.views.base import OJSView
 from django_ojs.conf import settings
 from django_ojs.exceptions import ValidationError
 from django_ojs.models import CronJob
+from django_ojs.tenancy import tenant_of, with_tenant
 
 
 def render(entry: CronJob) -> dict[str, Any]:
@@ -79,13 +80,14 @@ class CronListView(OJSView):
     def post(self, request: Any) -> Response:
         body = self.body(request)
         template = _template(body)
+        options = self.tenant_options(request, template["options"])
         expression = body.get("cron", body.get("expression"))
         entry, created = lifecycle.register_cron(
             body.get("name"),
             expression,
             template["type"],
             template["args"],
-            options=template["options"],
+            options=options,
             timezone_name=body.get("timezone") or "UTC",
             overlap_policy=body.get("overlap_policy"),
             enabled=body.get("enabled"),
@@ -97,6 +99,20 @@ class CronListView(OJSView):
             status=201 if created else 200,
             headers={"Location": self.location("cron-detail", entry.name)},
         )
+
+    def tenant_options(self, request: Any, options: Any) -> Any:
+        """The entry's job options with the request's tenant in their meta (cron jobs
+        carry their ``meta.tenant_id`` into every job they enqueue); 403 for a tenant the
+        caller's key may not use."""
+        tenant = self.enqueue_tenant(request)
+        if not isinstance(options, dict | None):
+            return options  # refused by the registration's own validation
+        options = dict(options or {})
+        key = "metadata" if "metadata" in options and "meta" not in options else "meta"
+        if tenant is not None:
+            options[key] = with_tenant({"meta": options.get(key)}, tenant)["meta"]
+        self.require_job_tenant(request, tenant_of(options.get(key)), MANAGE)
+        return options
 
 
 class CronDetailView(OJSView):

@@ -29,6 +29,8 @@ class DeadLetterListView(OJSView):
         jobs = Job.objects.using(settings.DATABASE).dead_letter()
         if (allowed := self.queue_filter(request)) is not None:
             jobs = jobs.filter(allowed)
+        if (tenants := self.tenant_filter(request)) is not None:
+            jobs = jobs.filter(tenants)
         if params.get("queue"):
             jobs = jobs.filter(queue=validation.validate_queue(params["queue"]))
         if params.get("type"):
@@ -92,6 +94,8 @@ class DeadLetterStatsView(OJSView):
         jobs = Job.objects.using(settings.DATABASE).dead_letter()
         if (allowed := self.queue_filter(request)) is not None:
             jobs = jobs.filter(allowed)
+        if (tenants := self.tenant_filter(request)) is not None:
+            jobs = jobs.filter(tenants)
         return Response(stats(jobs))
 
 
@@ -120,6 +124,8 @@ class DeadLetterBulkRetryView(OJSView):
         allowed = self.queue_filter(request)
         if allowed is not None:
             jobs = jobs.filter(allowed)
+        if (tenants := self.tenant_filter(request)) is not None:
+            jobs = jobs.filter(tenants)
         return Response(retry_matching(self, request, jobs))
 
 

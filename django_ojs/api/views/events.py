@@ -43,6 +43,8 @@ class EventListView(OJSView):
     def get(self, request: Any) -> Response:
         params = request.query_params
         page = pagination.page(params)
+        # Events carry no tenant: a key limited to tenants may not read them all.
+        self.principal(request).require_every_tenant()
         events = Event.objects.using(settings.DATABASE).order_by("seq")
         if (allowed := self.queue_filter(request)) is not None:
             events = events.filter(allowed)  # a queue-limited key sees its queues' events

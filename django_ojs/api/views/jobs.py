@@ -15,6 +15,7 @@ from django_ojs.conf import settings
 from django_ojs.exceptions import JobNotFound, ValidationError
 from django_ojs.models import Job
 from django_ojs.policy import default_retry_policy
+from django_ojs.tenancy import tenant_of
 
 
 def _spec(body: Any) -> envelope.JobSpec:
@@ -30,8 +31,9 @@ class JobListView(OJSView):
     body_required = True
 
     def post(self, request: Any) -> Response:
-        spec = _spec(self.body(request))
+        spec = _spec(self.enqueue_body(request, self.body(request)))
         self.require_queue(request, spec.queue, ENQUEUE)
+        self.require_job_tenant(request, tenant_of(spec.meta), ENQUEUE)
         job = lifecycle.push(spec)
         if getattr(job, "dropped", False):
             # Middleware §7.2: not enqueued, and not an error.
@@ -57,13 +59,14 @@ class JobBatchView(OJSView):
         specs = []
         for index, item in enumerate(items):
             try:
-                specs.append(_spec(item))
+                specs.append(_spec(self.enqueue_body(request, item)))
             except ValidationError as exc:
                 exc.details["index"] = index
                 exc.message = f"jobs[{index}]: {exc.message}"
                 raise
         for spec in specs:
             self.require_queue(request, spec.queue, ENQUEUE)
+            self.require_job_tenant(request, tenant_of(spec.meta), ENQUEUE)
         pushed = lifecycle.push_many(specs)
         dropped = [i for i, j in enumerate(pushed) if getattr(j, "dropped", False)]
         jobs = [j for j in pushed if not getattr(j, "dropped", False)]
@@ -87,7 +90,8 @@ class JobDetailView(OJSView):
 
     def get(self, request: Any, job_id: str) -> Response:
         job = Job.objects.using(settings.DATABASE).filter(pk=_uuid(job_id)).first()
-        if job is None:
+        scope = self.tenant_scope(request)
+        if job is None or (scope is not None and job.tenant not in scope):
             raise JobNotFound(job_id)
         self.require_queue(request, job.queue, INSPECT)
         return Response({"job": serializers.job(job)})

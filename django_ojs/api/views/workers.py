@@ -34,11 +34,16 @@ class FetchView(WorkerView):
         data = serializers.fetch_request(self.body(request))
         pool = data.pop("pool", None)
         policy = data.pop("policy", None)
+        # A fetch for some tenants (X-OJS-Tenant, a key's allowlist) claims only theirs.
+        tenants = self.tenant_scope(request)
         if pool is not None:
             # Fair scheduling §5.2: the pool's queues and strategy take precedence over
             # the worker's own.
             fetch = lifecycle.PoolFetch(
-                pool, worker_id=data["worker_id"], visibility_timeout=data["visibility_timeout"]
+                pool,
+                worker_id=data["worker_id"],
+                visibility_timeout=data["visibility_timeout"],
+                tenants=tenants,
             )
             queues = fetch.queues
         else:
@@ -49,10 +54,10 @@ class FetchView(WorkerView):
             jobs = fetch(data["count"])
         elif policy is not None:
             jobs = lifecycle.fetch_with_policy(
-                policy, **{k: v for k, v in data.items() if k != "queues"}
+                policy, tenants=tenants, **{k: v for k, v in data.items() if k != "queues"}
             )
         else:
-            jobs = lifecycle.fetch(**data)
+            jobs = lifecycle.fetch(**data, tenants=tenants)
         rendered = [serializers.job(j) for j in jobs]
         body: dict[str, Any] = {"jobs": rendered}
         if rendered:
@@ -66,6 +71,8 @@ class AckView(WorkerView):
     def post(self, request: Any) -> Response:
         data = serializers.ack_request(self.body(request))
         who = self.principal(request)
+        if self.tenant_scope(request) is not None:
+            self.require_job_queue(request, data["job_id"], DEQUEUE)
         try:
             # A key limited to some queues completes jobs of those only: checked in the
             # ACK's own statement, not by reading the job's queue first.

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework.response import Response
 
-from django_ojs import envelope, lifecycle
+from django_ojs import envelope, lifecycle, tenancy
 from django_ojs.api import serializers
 from django_ojs.api.permissions import CANCEL, ENQUEUE, INSPECT
 from django_ojs.api.views.base import OJSView
@@ -14,6 +14,7 @@ from django_ojs.conf import settings
 from django_ojs.exceptions import InvalidTransition, ValidationError
 from django_ojs.models import Workflow
 from django_ojs.policy import default_retry_policy
+from django_ojs.tenancy import tenant_of
 
 
 def _spec(item: dict[str, Any], field: str) -> envelope.JobSpec:
@@ -53,9 +54,14 @@ class WorkflowListView(OJSView):
 
     def post(self, request: Any) -> Response:
         spec = _tree(serializers.workflow_request(self.body(request)))
+        # The request's tenant (header, or a key's only one) is the workflow's: its jobs
+        # that name none get it, one naming another is refused (multi-tenancy §15.2).
+        tenant = self.enqueue_tenant(request)
         for job in spec.jobs():
             self.require_queue(request, job.queue, ENQUEUE)
-        wf = lifecycle.create_workflow_spec(spec)
+            self.require_job_tenant(request, tenant_of(job.meta) or tenant or "", ENQUEUE)
+        with tenancy.use(tenant):
+            wf = lifecycle.create_workflow_spec(spec)
         return Response(
             _render(wf),
             status=201,

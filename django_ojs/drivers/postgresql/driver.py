@@ -63,9 +63,11 @@ from django_ojs.drivers.postgresql.statements import (
     AFTER_EMPTY_CLAIM_SQL,
     COPY_EVENTS_SQL,
     COPY_THRESHOLD,
+    DISTINCT_TENANTS_SQL,
     DISTINCT_TYPES_SQL,
     DUE_PROBE_SQL,
     EVENT_PLACEHOLDERS,
+    FAIR_BASES_SQL,
     INDEX_VALID_SQL,
     INDEXES_PRESENT_SQL,
     INSERT_EVENTS_SQL,
@@ -106,6 +108,25 @@ class PostgreSQLDriver(OrmDriver):
             cursor.execute(DISTINCT_TYPES_SQL, [limit])
             return [row[0] for row in cursor.fetchall()]
 
+    def fair_bases(
+        self, keys: Sequence[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], tuple[float, float]]:
+        queues, tenants, priorities = (list(column) for column in zip(*keys, strict=True))
+        with server_cursor(connections[self.using]) as cursor:
+            cursor.execute(
+                FAIR_BASES_SQL, {"queues": queues, "tenants": tenants, "priorities": priorities}
+            )
+            rows = cursor.fetchall()
+        return {
+            (queue, tenant, priority): (max(head or 0.0, tail or 0.0), 1.0 / (weight or 1.0))
+            for queue, tenant, priority, head, tail, weight in rows
+        }
+
+    def distinct_tenants(self, after: str, limit: int) -> list[str]:
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(DISTINCT_TENANTS_SQL, {"after": after, "limit": limit})
+            return [row[0] for row in cursor.fetchall()]
+
     def count(self, rows: QuerySet[Any], exact_limit: int) -> tuple[int, bool]:
         # ``SELECT count(*) FROM (… LIMIT n)`` stops early; above it, the planner's
         # estimate of the same query (EXPLAIN: no rows read).
@@ -137,11 +158,12 @@ class PostgreSQLDriver(OrmDriver):
         source: str,
         ids: Sequence[Any] | None = None,
         durable: bool = True,
+        tenants: Sequence[str] | None = None,
     ) -> Written:
         return self._claim(
             queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
             defaults=defaults, fields=fields, events=events, source=source, ids=ids,
-            durable=durable,
+            durable=durable, tenants=tenants,
         )  # fmt: skip
 
     def claim_if_clear(
@@ -158,6 +180,7 @@ class PostgreSQLDriver(OrmDriver):
         source: str,
         durable: bool = True,
         register: list[str] | None = None,
+        tenants: Sequence[str] | None = None,
     ) -> Written | None:
         # One statement: the claim, on the condition that nothing is due or limited (and
         # the worker's sign of life, when asked). Only an empty result needs a second
@@ -166,7 +189,7 @@ class PostgreSQLDriver(OrmDriver):
             return self._claim(
                 queue, limit, worker_id=worker_id, now=now, visibility_ms=visibility_ms,
                 defaults=defaults, fields=fields, events=events, source=source, clear=True,
-                durable=durable, touch=register,
+                durable=durable, touch=register, tenants=tenants,
             )  # fmt: skip
 
         written = claim()
@@ -200,8 +223,11 @@ class PostgreSQLDriver(OrmDriver):
         clear: bool = False,
         durable: bool = True,
         touch: list[str] | None = None,
+        tenants: Sequence[str] | None = None,
     ) -> Written:
         params: dict[str, Any] = {
+            "tenants": list(tenants) if tenants is not None else None,
+            "tenant": tenants[0] if tenants else None,
             "ids": list(ids) if ids is not None else None,
             "queues": [queue],
             "queue": queue,
@@ -222,11 +248,11 @@ class PostgreSQLDriver(OrmDriver):
         shape = claim_shape(
             None if fields is None else tuple(fields), events, by_ids=ids is not None,
             clear=clear, durable=durable, of_worker=worker_id is not None,
-            touch=worker_row is not None, limit=claim_limit(limit),
+            touch=worker_row is not None, limit=claim_limit(limit), scoped=_scope(tenants),
         )  # fmt: skip
         written = self._load(shape, params, events)
         # RETURNING has no order: restore the claim order.
-        written.jobs.sort(key=lambda j: (-j.priority, j.id))
+        written.jobs.sort(key=lambda j: (-j.priority, j.vtime, j.id))
         return written
 
     def complete_many(
@@ -586,6 +612,13 @@ class PostgreSQLDriver(OrmDriver):
                     return state
                 for _ in conn.notifies(timeout=min(left, every), stop_after=1):
                     break  # any notification: read the state again (cheap, one row)
+
+
+def _scope(tenants: Sequence[str] | None) -> int:
+    """A claim's tenants, for its shape: 0 any job, 1 one tenant's, 2 several's (or none)."""
+    if tenants is None:
+        return 0
+    return 1 if len(tenants) == 1 else 2
 
 
 def _unless_lock_busy(exc: OperationalError, table: str) -> None:

@@ -43,6 +43,8 @@ from django_ojs.drivers.postgresql.statements import (
     PUSH_ONE_SQL,
     PUSH_ONE_TAIL,
     RELAXED_COMMIT_SQL,
+    TENANT_SQL,
+    TENANTS_SQL,
     TOUCH_WORKER_CTE,
     UUID7_SQL,
     event_cte_sql,
@@ -210,16 +212,19 @@ def claim_shape(
     of_worker: bool,
     touch: bool,
     limit: int | None = None,
+    scoped: int = 0,
 ) -> Shape:
     # The claim order is restored from priority: always load it (a deferred field would
     # cost one query per claimed job).
-    model_fields = _model_fields(None if fields is None else [*fields, "priority"])
+    model_fields = _model_fields(None if fields is None else [*fields, "priority", "vtime"])
     # Without ids: jobs free of limits, in queues free of limits; with ids: those jobs.
     which = "id = ANY(%(ids)s)" if by_ids else "rate_key IS NULL"
     if clear:
         which += f" AND {CLEAR_SQL}"
     if not durable:
         which += f" AND {RELAXED_COMMIT_SQL}"
+    if scoped:
+        which += f" AND {TENANT_SQL if scoped == 1 else TENANTS_SQL}"
     gate = "q.paused" if by_ids else "(q.paused OR q.limits IS NOT NULL)"
     claim_events = CLAIM_EVENTS_OF_WORKER if of_worker else CLAIM_EVENTS
     return _shape(

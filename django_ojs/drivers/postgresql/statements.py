@@ -139,7 +139,7 @@ def event_cte_sql(name: str, select: str, mode: EventMode) -> str:
 # Why raw SQL: the claim must be ONE round trip that locks, updates and returns the rows
 # (as Oban, River and procrastinate do). The ORM cannot express UPDATE … FROM (SELECT …
 # FOR UPDATE SKIP LOCKED) … RETURNING. The CTE is an optimisation fence: PostgreSQL plans
-# the inner SELECT on its own, walking ojs_job_claim_idx (queue, priority DESC, id) over
+# the inner SELECT on its own, walking ojs_job_claim_idx (queue, priority DESC, vtime, id) over
 # available rows only, and SKIP LOCKED makes concurrent claimers pass over each other's
 # rows instead of queueing behind them (OJS core §6.5(2): exactly one worker claims a job).
 # Paused queues are excluded in the same statement, and jobs past their stale_at (expiry,
@@ -155,7 +155,7 @@ WITH {touch}next AS (
     WHERE state = 'available' AND queue = %(queue)s AND {which}
       AND (stale_at IS NULL OR stale_at > %(now)s)
       AND NOT EXISTS (SELECT 1 FROM ojs_queue q WHERE q.name = %(queue)s AND {gate})
-    ORDER BY priority DESC, id
+    ORDER BY priority DESC, vtime, id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -179,6 +179,16 @@ RETURNING {returning}
 ){events}
 SELECT {columns} FROM claimed AS c{join}
 """
+
+
+# A fetch limited to some tenants (an API key's, X-OJS-Tenant): their jobs only. One
+# tenant (the header's, a key of one) is a scalar, so that ojs_job_tenant_claim_idx
+# (partial: jobs that have a tenant) gives its jobs in claim order, with no sort of them;
+# several are an array (the planner then walks either index).
+TENANT_SQL = "tenant = %(tenant)s AND tenant <> ''"
+
+
+TENANTS_SQL = "tenant = ANY(%(tenants)s::text[]) AND tenant <> ''"
 
 
 # What the job.started events read from the claimed rows.
@@ -538,6 +548,42 @@ WITH RECURSIVE t(type, n) AS (
     FROM t WHERE t.type IS NOT NULL AND t.n < %s
 )
 SELECT type FROM t WHERE type IS NOT NULL
+"""
+
+
+# Why raw SQL: a push of a tenant's job reads where its tenant stands in its queue (see
+# lifecycle.fairness) in ONE round trip for every (queue, tenant, priority) it pushes to,
+# instead of two probes and a weight read each through the ORM. Each subquery is one
+# index probe: the head along ojs_job_claim_idx (queue, priority, then vtime ascending,
+# past the jobs without a tenant, whose vtime is 0), the tail along
+# ojs_job_tenant_claim_idx backwards, the weight by primary key.
+FAIR_BASES_SQL = """
+SELECT k.q, k.t, k.p,
+    (SELECT j.vtime FROM ojs_job j
+     WHERE j.state = 'available' AND j.queue = k.q AND j.priority = k.p AND j.vtime > 0
+     ORDER BY j.vtime LIMIT 1),
+    (SELECT j.vtime FROM ojs_job j
+     WHERE j.state = 'available' AND j.queue = k.q AND j.tenant = k.t AND j.tenant <> ''
+       AND j.priority = k.p
+     ORDER BY j.vtime DESC LIMIT 1),
+    (SELECT w.weight FROM ojs_tenant w WHERE w.tenant_id = k.t)
+FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(priorities)s::int[]) AS k(q, t, p)
+"""
+
+
+#: The tenants jobs name, after ``%(after)s``: the same skip scan along ojs_job_tenant_idx
+#: (partial: jobs that have a tenant), one probe per tenant.
+DISTINCT_TENANTS_SQL = """
+WITH RECURSIVE t(tenant, n) AS (
+    (SELECT tenant, 1 FROM ojs_job WHERE tenant > %(after)s AND tenant <> ''
+     ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.tenant FROM ojs_job j WHERE j.tenant > t.tenant AND j.tenant <> ''
+            ORDER BY j.tenant LIMIT 1),
+           t.n + 1
+    FROM t WHERE t.tenant IS NOT NULL AND t.n < %(limit)s
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL
 """
 
 

@@ -37,8 +37,8 @@ from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec
 from django_ojs.exceptions import WorkflowNotFound
-from django_ojs.lifecycle import audit, events
-from django_ojs.lifecycle.rows import build_spec, check_types
+from django_ojs.lifecycle import audit, events, fairness
+from django_ojs.lifecycle.rows import build_spec, check_tenants, check_types
 from django_ojs.lifecycle.store import db
 from django_ojs.lifecycle.workflows.progress import (
     Outcome,
@@ -57,7 +57,14 @@ from django_ojs.lifecycle.workflows.rows import (
     require,
     subtree_ids,
 )
-from django_ojs.lifecycle.workflows.spec import KINDS, MAX_DEPTH, Build, WorkflowSpec, validate
+from django_ojs.lifecycle.workflows.spec import (
+    KINDS,
+    MAX_DEPTH,
+    Build,
+    WorkflowSpec,
+    one_tenant,
+    validate,
+)
 from django_ojs.models import Job, Workflow
 from django_ojs.policy import default_retry_policy
 
@@ -99,12 +106,15 @@ def create_spec(spec: WorkflowSpec, *, using: str | None = None) -> Workflow:
     """Create the workflow ``spec`` describes (see :func:`create`)."""
     using = db(using)
     validate(spec, "", 1)
+    spec = one_tenant(spec)
     check_types(list(spec.jobs()))
+    check_tenants(list(spec.jobs()))
     now = timezone.now()
     build = Build(now, default_retry_policy().max_attempts)
     with transaction.atomic(using=using):
         root = build.workflow(spec, parent=None, step=None, root=None, started=True, inputs=None)
         Workflow.objects.using(using).bulk_create(build.workflows)
+        fairness.stamp_new(build.jobs, using)
         written = get_driver(using).push_many(
             [build.jobs],
             now=now,

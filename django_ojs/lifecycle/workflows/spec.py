@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from django_ojs import tenancy
 from django_ojs.envelope import MAX_RESULT_TTL, JobSpec
 from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle.rows import job_row, through_middleware
@@ -20,6 +21,7 @@ from django_ojs.lifecycle.workflows.rows import (
 )
 from django_ojs.models import Job, Workflow
 from django_ojs.retry import RetryPolicy
+from django_ojs.tenancy import tenant_of
 
 KINDS = ("chain", "group", "batch")
 
@@ -97,6 +99,38 @@ def validate(spec: WorkflowSpec, path: str, level: int) -> None:
     for index, member in enumerate(spec.members):
         if isinstance(member, WorkflowSpec):
             validate(member, f"{at}{field_}[{index}]", level + 1)
+
+
+def one_tenant(spec: WorkflowSpec) -> WorkflowSpec:
+    """``spec`` with every job of its tree in the workflow's one tenant (multi-tenancy
+    §15.2): the tenant its jobs name, else the current one (``django_ojs.tenant``); jobs
+    that name none get it. Jobs of two tenants in one workflow are refused."""
+    named = {tenant_of(job.meta) for job in spec.jobs()} - {""}
+    current = tenancy.current()
+    if current is not None:
+        named.add(current)
+    if len(named) > 1:
+        raise ValidationError(
+            "A workflow's jobs must all belong to one tenant (multi-tenancy §15.2); "
+            f"these name {', '.join(sorted(named))}.",
+            field="meta.tenant_id",
+            details={"tenants": sorted(named)},
+        )
+    if not named:
+        return spec
+    (tenant,) = named
+
+    def job(member: JobSpec) -> JobSpec:
+        if tenant_of(member.meta):
+            return member
+        return replace(member, meta={**member.meta, "tenant_id": tenant})
+
+    def tree(node: WorkflowSpec) -> WorkflowSpec:
+        members = [tree(m) if isinstance(m, WorkflowSpec) else job(m) for m in node.members]
+        callbacks = {name: job(cb) for name, cb in node.callbacks.items()}
+        return replace(node, members=members, callbacks=callbacks)
+
+    return tree(spec)
 
 
 class Build:

@@ -18,6 +18,12 @@ SCOPE_HELP = (
 QUEUES_HELP = "Comma-separated queues the key may use (names, or 'prefix*'); default: every queue."
 
 
+TENANTS_HELP = (
+    "Comma-separated tenants whose jobs the key may enqueue, fetch, read and cancel; "
+    "default: every job."
+)
+
+
 def _queues(value: str) -> list[str]:
     return [q.strip() for q in value.split(",") if q.strip()]
 
@@ -38,6 +44,7 @@ class Command(BaseCommand):
         create.add_argument("name", help="What the key is for, e.g. 'billing-service'.")
         create.add_argument("--scope", required=True, choices=apikeys.SCOPES, help=SCOPE_HELP)
         create.add_argument("--queues", default="", help=QUEUES_HELP)
+        create.add_argument("--tenants", default="", help=TENANTS_HELP)
         list_ = sub.add_parser(
             "list", help="List keys (prefix, name, scope, state); never secrets."
         )
@@ -46,6 +53,9 @@ class Command(BaseCommand):
         change.add_argument("--scope", choices=apikeys.SCOPES, help=SCOPE_HELP)
         change.add_argument(
             "--queues", default=None, help=QUEUES_HELP + " Pass '' for every queue."
+        )
+        change.add_argument(
+            "--tenants", default=None, help=TENANTS_HELP + " Pass '' for every job."
         )
         revoke = sub.add_parser("revoke", help="Revoke a key by its prefix.")
         revoke.add_argument("prefix", help="The 12 characters after 'ojs_' in the key.")
@@ -63,6 +73,7 @@ class Command(BaseCommand):
                     options["name"],
                     options["scope"],
                     queues=_queues(options["queues"]),
+                    tenants=_queues(options["tenants"]),
                     using=using,
                 )
             except ValueError as exc:
@@ -83,13 +94,18 @@ class Command(BaseCommand):
                     f"queues {_shown(key):<20}  {key.name}"
                 )
         elif action == "set":
-            if options["scope"] is None and options["queues"] is None:
-                raise CommandError("Nothing to change: pass --scope and/or --queues.")
+            if (
+                options["scope"] is None
+                and options["queues"] is None
+                and options["tenants"] is None
+            ):
+                raise CommandError("Nothing to change: pass --scope, --queues and/or --tenants.")
             try:
                 key = apikeys.update(
                     options["prefix"],
                     scope=options["scope"],
                     queues=None if options["queues"] is None else _queues(options["queues"]),
+                    tenants=None if options["tenants"] is None else _queues(options["tenants"]),
                     using=using,
                 )
             except ApiKey.DoesNotExist:

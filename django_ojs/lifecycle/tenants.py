@@ -1,0 +1,124 @@
+"""Tenants (OJS multi-tenancy §8, §10; fair scheduling §9.2): their configuration (the
+only writer of ``Tenant`` rows) and what the admin API reports of them.
+
+A tenant exists as soon as a job names it; its row only changes its fairness weight.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from django_ojs.actors import Actor
+from django_ojs.drivers import get_driver
+from django_ojs.exceptions import ValidationError
+from django_ojs.lifecycle import audit
+from django_ojs.lifecycle.store import db
+from django_ojs.models import Job, Tenant
+from django_ojs.models.tenants import DEFAULT_WEIGHT
+from django_ojs.states import JobState
+from django_ojs.tenancy import validate_tenant
+
+#: The largest weight a tenant may have (and the smallest, its inverse).
+MAX_WEIGHT = 1_000_000.0
+#: Counts of a tenant's jobs per state are exact up to this many, estimated above it.
+EXACT_COUNT_UP_TO = 10_000
+
+
+def validate_weight(value: Any, field: str = "fairness_weight") -> float:
+    """A tenant's weight: a number from 1/``MAX_WEIGHT`` to ``MAX_WEIGHT``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(f"{field} must be a positive number", field=field)
+    if not 1 / MAX_WEIGHT <= value <= MAX_WEIGHT:
+        raise ValidationError(
+            f"{field} must be between {1 / MAX_WEIGHT:g} and {MAX_WEIGHT:g}", field=field
+        )
+    return float(value)
+
+
+def set_tenant(
+    tenant_id: str,
+    *,
+    weight: Any = DEFAULT_WEIGHT,
+    actor: Actor | None = None,
+    using: str | None = None,
+) -> tuple[Tenant, bool]:
+    """Create or update a tenant's configuration; ``(tenant, created)``.
+
+    ``weight`` (fair scheduling §9.2): its share of each queue's claims against the
+    other tenants with jobs waiting there. Effective for the jobs pushed from now on
+    (a job's turn is fixed when it becomes available).
+    """
+    using = db(using)
+    tenant_id = validate_tenant(tenant_id, field="tenant_id")
+    weight = validate_weight(weight)
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        tenant, created = Tenant.objects.using(using).update_or_create(
+            tenant_id=tenant_id,
+            defaults={"weight": weight, "updated_at": now},
+            create_defaults={"weight": weight, "created_at": now, "updated_at": now},
+        )
+        audit.record(actor, "tenant.configure", using, tenant_id=tenant_id, weight=weight)
+    return tenant, created
+
+
+def delete_tenant(tenant_id: str, *, actor: Actor | None = None, using: str | None = None) -> bool:
+    """Forget a tenant's configuration (its weight goes back to 1); its jobs stay."""
+    using = db(using)
+    tenant_id = validate_tenant(tenant_id, field="tenant_id")
+    with transaction.atomic(using=using):
+        deleted, _ = Tenant.objects.using(using).filter(tenant_id=tenant_id).delete()
+        audit.record(actor, "tenant.delete", using, tenant_id=tenant_id, changed=bool(deleted))
+    return bool(deleted)
+
+
+def weight_of(tenant_id: str, *, using: str | None = None) -> float:
+    found = (
+        Tenant.objects.using(db(using))
+        .filter(tenant_id=tenant_id)
+        .values_list("weight", flat=True)
+        .first()
+    )
+    return DEFAULT_WEIGHT if found is None else float(found)
+
+
+def tenant_ids(*, after: str = "", limit: int = 100, using: str | None = None) -> list[str]:
+    """The tenants named by jobs or configured, in name order after ``after``, at most
+    ``limit`` (an index skip scan over the jobs' tenants: one probe per tenant)."""
+    using = db(using)
+    found = set(get_driver(using).distinct_tenants(after, limit))
+    configured = Tenant.objects.using(using).filter(tenant_id__gt=after)
+    found.update(configured.order_by("tenant_id").values_list("tenant_id", flat=True)[:limit])
+    return sorted(found)[:limit]
+
+
+def tenant_stats(tenant_id: str, *, using: str | None = None) -> dict[str, Any]:
+    """Multi-tenancy §10.2: a tenant's jobs by state, its total and its weight.
+
+    Counts come from ojs_job_tenant_idx; past :data:`EXACT_COUNT_UP_TO` jobs in one state
+    they are the planner's estimate (``estimated`` lists those states).
+    """
+    using = db(using)
+    tenant_id = validate_tenant(tenant_id, field="tenant_id")
+    jobs = Job.objects.using(using).filter(tenant=tenant_id).exclude(tenant="")
+    driver = get_driver(using)
+    counts: dict[str, int] = {}
+    estimated: list[str] = []
+    for state in JobState:
+        n, estimate = driver.count(jobs.filter(state=state.value), EXACT_COUNT_UP_TO)
+        counts[state.value] = n
+        if estimate:
+            estimated.append(state.value)
+    weight = weight_of(tenant_id, using=using)
+    return {
+        "tenant_id": tenant_id,
+        "jobs": counts,
+        "total_jobs": sum(counts.values()),
+        "estimated": estimated,
+        "fairness": {"weight": weight},
+        "configured": Tenant.objects.using(using).filter(tenant_id=tenant_id).exists(),
+    }
