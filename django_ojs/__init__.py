@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0.dev0"
+__version__ = "1.0.0"
 
 __all__ = [
     "Batch",
