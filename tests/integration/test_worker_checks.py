@@ -36,6 +36,9 @@ def test_a_bad_ojs_setting_stops_the_worker_before_it_starts(settings):
         call_command("ojs_worker", "--concurrency", "0", skip_checks=False)
 
 
+# A full check looks at every database (Django 6 asks each one what its fields need),
+# the test settings' replica alias included.
+@pytest.mark.django_db(transaction=True, databases=["default", "replica"])
 def test_other_apps_checks_are_left_to_manage_py_check(failing_site_check):
     # The worker gets past its checks to its own argument check: site.E001 did not run.
     with pytest.raises(CommandError, match="--concurrency must be at least 1"):
