@@ -6,6 +6,7 @@ resume are lifecycle operations (they write ``Queue`` rows and events); this mod
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -69,16 +70,16 @@ def list_queues(*, with_counts: bool = False, using: str | None = None) -> list[
     return sorted(infos.values(), key=lambda i: i.name)
 
 
-def counts(name: str, *, using: str | None = None) -> dict[str, Any]:
-    """Jobs of queue ``name`` by state."""
+def counts(
+    name: str, *, tenants: Sequence[str] | None = None, using: str | None = None
+) -> dict[str, Any]:
+    """Jobs of queue ``name`` by state; with ``tenants``, only those tenants' jobs
+    (multi-tenancy §5: a tenant's statistics reflect its own jobs)."""
     using = lifecycle.database(using)
     out = {s.value: 0 for s in JobState}
-    for row in (
-        Job.objects.using(using)
-        .filter(queue=name)
-        .values("state")
-        .annotate(n=Count("id"))
-        .order_by()
-    ):
+    jobs = Job.objects.using(using).filter(queue=name)
+    if tenants is not None:
+        jobs = jobs.filter(tenant__in=list(tenants))
+    for row in jobs.values("state").annotate(n=Count("id")).order_by():
         out[row["state"]] = row["n"]
     return out

@@ -259,3 +259,17 @@ def test_a_tenant_limited_key_may_not_read_what_spans_every_tenant():
     assert_ojs_error(admin.get("/admin/stats"), 403, "permission_denied")
     assert_ojs_error(admin.get("/admin/workers"), 403, "permission_denied")
     assert client("operator").get("/events").status_code == 200
+
+
+def test_queue_stats_count_only_the_callers_tenants():
+    api = client("admin")
+    for tenant, n in (("acme", 2), ("beta", 3)):
+        for _ in range(n):
+            assert api.post("/jobs", JOB, headers={"X-OJS-Tenant": tenant}).status_code == 201
+    django_ojs.enqueue("t.run", [], queue="tq")  # no tenant
+    everyone = api.get("/queues/tq/stats").body
+    assert everyone["stats"]["available"] == 6
+    acme = api.get("/queues/tq/stats", headers={"X-OJS-Tenant": "acme"}).body
+    assert acme["stats"]["available"] == 2 and acme["stats"]["total"] == 2
+    limited = keyed("operator", "beta").get("/queues/tq/stats").body
+    assert limited["stats"]["available"] == 3

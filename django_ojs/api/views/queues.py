@@ -50,7 +50,9 @@ class QueueStatsView(OJSView):
     def get(self, request: Any, name: str) -> Response:
         self.require_queue(request, name, INSPECT)
         info = _known(name)
-        return Response(serializers.queue_stats(info, queues.counts(name), timezone.now()))
+        # A caller limited to some tenants (X-OJS-Tenant, the key's) counts only theirs.
+        counts = queues.counts(name, tenants=self.tenant_scope(request))
+        return Response(serializers.queue_stats(info, counts, timezone.now()))
 
 
 class QueuePauseView(OJSView):
