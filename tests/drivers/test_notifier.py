@@ -159,6 +159,10 @@ def _push_in_a_child(queue: str) -> None:
     from django.db import connections
 
     connections.close_all()  # the parent's connections are not the child's
+    # The parent forked inside a push: the child's count starts again from none.
+    with CaptureQueriesContext(connection) as queries:
+        django_ojs.enqueue("n.child", queue=queue)
+    assert ["pg_notify" in sql for sql in pushed_sql(queries)] == [True]
     with transaction.atomic():  # the notifier of the child sends it
         django_ojs.enqueue("n.child", queue=queue)
     assert notifier("default").flush(10)
@@ -170,7 +174,8 @@ def test_a_forked_child_has_a_notifier_of_its_own(listen):
     notifier("default").wake(("fork-q",))  # the parent's notifier runs
     assert listener.wait(10) is True
     child = multiprocessing.get_context("fork").Process(target=_push_in_a_child, args=("fork-q",))
-    child.start()
+    with pushes.alone():  # forked while a push of the parent is under way
+        child.start()
     child.join(60)
     assert child.exitcode == 0
     assert listener.wait(10) is True

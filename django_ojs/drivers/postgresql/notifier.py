@@ -152,6 +152,10 @@ class Pushes:
     """How many single-statement pushes of this process are under way."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """No push under way, and a new lock (a forked child's start)."""
         self._lock = threading.Lock()
         self._count = 0
 
@@ -186,10 +190,12 @@ def notifier(alias: str) -> Notifier:
 
 def _forget_after_fork() -> None:
     # A child has none of its parent's threads, and must not share its connections.
-    global _lock, pushes
+    # Reset in place: the driver holds ``pushes`` by name, and a lock another thread held
+    # at the fork would stay held in the child.
+    global _lock
     _notifiers.clear()
     _lock = threading.Lock()
-    pushes = Pushes()
+    pushes.reset()
 
 
 def release_all() -> None:
