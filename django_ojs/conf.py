@@ -144,6 +144,9 @@ DEFAULT_EXECUTION_MIDDLEWARE = ["django_ojs.middleware.TraceContextMiddleware"]
 DEFAULT_TENANT_REQUIRED = False
 #: Tenants take turns in each queue (fair scheduling §9); off: first in, first out.
 DEFAULT_TENANT_FAIRNESS = True
+#: Seconds a process trusts the tenants' limits it last read: the longest a change made
+#: elsewhere (the admin, another process) takes to apply here (0: read them every time).
+DEFAULT_TENANT_LIMITS_CACHE_SECONDS = 1.0
 
 
 _UNSET = object()
@@ -401,6 +404,13 @@ class Settings:
     def TENANT_FAIRNESS(self) -> bool:
         """Hand out the jobs of a queue's tenants in turns, by weight (fair scheduling §9)."""
         return bool(self._get("OJS_TENANT_FAIRNESS", DEFAULT_TENANT_FAIRNESS))
+
+    @property
+    def TENANT_LIMITS_CACHE_SECONDS(self) -> float:
+        """Seconds a process trusts the tenants' limits it last read (0: never)."""
+        return float(
+            self._get("OJS_TENANT_LIMITS_CACHE_SECONDS", DEFAULT_TENANT_LIMITS_CACHE_SECONDS)
+        )
 
     @property
     def CRON(self) -> dict[str, dict[str, Any]]:

@@ -287,6 +287,25 @@ class QueuePaused(OJSError):
     retryable = True
 
 
+class TenantLimitExceeded(OJSError):
+    """A tenant has reached one of its limits (multi-tenancy §8.2): the enqueue is refused."""
+
+    code = "tenant_limit_exceeded"
+    http_status = 429
+    retryable = True
+
+    def __init__(
+        self, tenant: str, limit: str, current: int, maximum: int, *, retry_after: int = 30
+    ):
+        super().__init__(
+            f"Tenant '{tenant}' has exceeded {limit} ({maximum})",
+            details={"tenant_id": tenant, "limit": limit, "current": current, "maximum": maximum},
+        )
+        self.tenant, self.limit, self.current, self.maximum = tenant, limit, current, maximum
+        #: Seconds after which the client may try again (the ``Retry-After`` header).
+        self.retry_after = retry_after
+
+
 class Unsupported(OJSError):
     """The feature or version is not supported."""
 

@@ -70,8 +70,9 @@ def _forget_webhook_state() -> None:
 
 @pytest.fixture(autouse=True)
 def _forget_maintenance() -> None:
-    """Each test starts with no maintenance switch cached from an earlier one (whose row
-    was rolled back or truncated with that test's database)."""
+    """Each test starts with no maintenance switch (and no tenants' limits) cached from an
+    earlier one (whose rows were rolled back or truncated with that test's database)."""
     from django_ojs import lifecycle
 
     lifecycle.forget_maintenance()
+    lifecycle.forget_tenant_limits()

@@ -1,4 +1,5 @@
-"""Tenants in the Django admin: their fairness weights (fair scheduling §9.2).
+"""Tenants in the Django admin: their fairness weights (fair scheduling §9.2) and limits
+(multi-tenancy §8.1).
 
 A row is a tenant's configuration; saving and deleting go through ``lifecycle``
 (``set_tenant``, ``delete_tenant``), which record them in the audit trail.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db import transaction
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
@@ -41,9 +43,20 @@ class TenantFilter(admin.SimpleListFilter):
 
 @admin.register(Tenant)
 class TenantAdmin(ReadOnlyAdmin[Tenant]):
-    list_display = ("tenant_id", "weight", "updated_at")
+    list_display = ("tenant_id", "weight", "max_concurrency", "max_queue_depth", "updated_at")
     search_fields = ("tenant_id",)
-    fields = ("tenant_id", "weight", "created_at", "updated_at")
+    fields = (
+        "tenant_id",
+        "weight",
+        "max_concurrency",
+        "max_queue_depth",
+        "max_scheduled",
+        ("enqueue_rate_limit", "enqueue_rate_period_ms"),
+        "priority_boost",
+        "quota",
+        "created_at",
+        "updated_at",
+    )
     readonly_fields = ("created_at", "updated_at")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -61,9 +74,22 @@ class TenantAdmin(ReadOnlyAdmin[Tenant]):
     def save_model(
         self, request: HttpRequest, obj: Tenant, form: ModelForm[Tenant], change: bool
     ) -> None:
-        saved, _ = lifecycle.set_tenant(
-            obj.tenant_id, weight=obj.weight, actor=admin_actor(request)
-        )
+        actor = admin_actor(request)
+        rate = None
+        if obj.enqueue_rate_limit is not None:
+            period = obj.enqueue_rate_period_ms or 1000
+            rate = {"limit": obj.enqueue_rate_limit, "period": f"PT{period / 1000:g}S"}
+        limits = {
+            "max_concurrency": obj.max_concurrency,
+            "max_queue_depth": obj.max_queue_depth,
+            "max_scheduled": obj.max_scheduled,
+            "max_enqueue_rate": rate,
+            "priority_boost": obj.priority_boost,
+            "quota": obj.quota,
+        }
+        with transaction.atomic(using=lifecycle.database(None)):
+            lifecycle.set_tenant(obj.tenant_id, weight=obj.weight, actor=actor)
+            saved, _ = lifecycle.set_limits(obj.tenant_id, limits, actor=actor)
         obj.created_at, obj.updated_at = saved.created_at, saved.updated_at
         obj._state.adding = False
         obj._state.db = saved._state.db

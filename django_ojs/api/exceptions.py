@@ -19,7 +19,7 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from django_ojs.exceptions import BatchSizeExceeded, OJSError
+from django_ojs.exceptions import BatchSizeExceeded, OJSError, TenantLimitExceeded
 
 logger = logging.getLogger("django_ojs.api")
 #: Authentication failures and permission denials, one JSON line each (OJS security §11,
@@ -172,6 +172,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             # Bulk operations §9.1 puts the limit in the error, §11.3 in a header too.
             fields["max_batch_size"] = exc.limit
             headers["X-OJS-Max-Batch-Size"] = str(exc.limit)
+        if isinstance(exc, TenantLimitExceeded):
+            # Multi-tenancy §8.2 gives the limit's fields in the error itself.
+            fields.update({k: exc.details[k] for k in ("tenant_id", "limit", "current", "maximum")})
+            headers["Retry-After"] = str(exc.retry_after)
     elif isinstance(exc, Http404):
         status, fields = 404, {"code": "not_found", "message": str(exc) or "Not found."}
     elif isinstance(exc, DjangoPermissionDenied):

@@ -163,6 +163,11 @@ admin = [
         name="admin-tenant-stats",
     ),
     path(
+        "tenants/<str:tenant_id>/limits",
+        admin_tenants.TenantLimitsView.as_view(),
+        name="admin-tenant-limits",
+    ),
+    path(
         "tenants/<str:tenant_id>/jobs",
         admin_tenants.TenantJobsView.as_view(),
         name="admin-tenant-jobs",

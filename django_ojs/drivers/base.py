@@ -292,9 +292,28 @@ class Driver(ABC):
 
     @abstractmethod
     def limited_candidates(self, queue: str, now: datetime, limit: int) -> list[tuple[Any, ...]]:
-        """``(id, rate_key, rate_limit)`` of up to ``limit`` available, unexpired jobs of
-        ``queue`` that a limit governs: rate-limited jobs, or every job when the queue has
-        a queue-level limit; claim order (priority high to low, then id)."""
+        """``(id, rate_key, rate_limit, tenant)`` of up to ``limit`` available, unexpired
+        jobs of ``queue`` that a limit governs: rate-limited jobs, or every job when the
+        queue has a queue-level limit; claim order (priority high to low, then id)."""
+
+    @abstractmethod
+    def capped_candidates(
+        self,
+        queue: str,
+        now: datetime,
+        limit: int,
+        *,
+        window: int,
+        held: Sequence[str],
+        tenants: Sequence[str] | None,
+    ) -> list[tuple[Any, str]]:
+        """``(id, tenant)`` of up to ``limit`` available, unexpired jobs of ``queue`` free
+        of rate limits (and of ``tenants``' when given), in claim order, leaving out the
+        jobs of ``held`` tenants, among the first ``window`` such jobs (that bounds the
+        rows a claim reads when held tenants' jobs come first). PostgreSQL locks the
+        rows it returns (``FOR UPDATE SKIP LOCKED``, until the transaction ends) and reads
+        no further than it needs; SQLite's transaction holds the single write lock.
+        Per-tenant ``max_concurrency`` claims (``lifecycle.tenantlimits``)."""
 
     @abstractmethod
     def lock_rows(self, queryset: QuerySet[Job], *, limit: int, skip_locked: bool) -> list[Job]:

@@ -71,8 +71,36 @@ class OrmDriver(Driver):
             .filter(Q(rate_key__isnull=False) | Q(Exists(limited_queue)))
             .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
             .order_by("-priority", "id")
-            .values_list("id", "rate_key", "rate_limit")[:limit]
+            .values_list("id", "rate_key", "rate_limit", "tenant")[:limit]
         )
+
+    def capped_candidates(
+        self,
+        queue: str,
+        now: datetime,
+        limit: int,
+        *,
+        window: int,
+        held: Sequence[str],
+        tenants: Sequence[str] | None,
+    ) -> list[tuple[Any, str]]:
+        jobs = (
+            Job.objects.using(self.using)
+            .filter(state=JobState.AVAILABLE, queue=queue, rate_key__isnull=True)
+            .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
+        )
+        if tenants is not None:
+            jobs = jobs.filter(tenant__in=list(tenants))
+        skip = set(held)
+        found = []
+        for job_id, tenant in jobs.order_by("-priority", "vtime", "id").values_list("id", "tenant")[
+            :window
+        ]:
+            if tenant not in skip:
+                found.append((job_id, tenant))
+                if len(found) >= limit:
+                    break
+        return found
 
     def fair_bases(
         self, keys: Sequence[tuple[str, str, int]]

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django_ojs import ratelimit
 from django_ojs.conf import settings
 from django_ojs.drivers import Listener, Written, get_driver
-from django_ojs.lifecycle import events
+from django_ojs.lifecycle import events, tenantlimits
 from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.store import db
 from django_ojs.lifecycle.system import in_maintenance
@@ -157,6 +157,11 @@ class Fetch:
         if touch and not connections[using].in_atomic_block:
             # A fetch of its own commits at once: what it records stays recorded.
             touch = _touch_due(using, worker_id)
+        # Multi-tenancy §8.1: while some tenants have a max_concurrency, every claim counts
+        # their active jobs (cached per process; {} when none has one).
+        caps = tenantlimits.concurrency_limits(using)
+        if caps:
+            return self._capped(count, caps, how, touch)
         if len(order) == 1:
             only = driver.claim_if_clear(order[0], count, register=order if touch else None, **how)
             touch = False  # done, whatever the claim found
@@ -204,6 +209,68 @@ class Fetch:
             events.signal(written, using)
         return claimed
 
+    def _capped(
+        self, count: int, caps: dict[str, int], how: dict[str, Any], touch: bool
+    ) -> list[Job]:
+        """A fetch while some tenants have a ``max_concurrency``: in claim order, each of
+        those tenants' jobs only while it has room (``lifecycle.tenantlimits``). The
+        tenants a claim would take are locked and their active jobs counted first, so a
+        cap holds under any number of concurrent fetches; the jobs of tenants at their
+        cap are left out of the scan, which reads at most :data:`CAPPED_WINDOW` rows
+        past them."""
+        using, driver, worker_id, now = self.using, self.driver, self.worker_id, how["now"]
+        claimed: list[Job] = []
+        written: list[events.EventRow] = []
+        with transaction.atomic(using=using):
+            promote_due(now=now, queues=self.queues, wait=True, using=using)
+            if touch and worker_id:
+                driver.touch_worker(worker_id, self.queues, now)
+            held = tenantlimits.held(caps, using)
+            for queue in self.queues:
+                remaining = count - len(claimed)
+                if remaining <= 0:
+                    break
+                candidates = driver.capped_candidates(
+                    queue, now, remaining + len(caps), window=CAPPED_WINDOW + remaining,
+                    held=sorted(held), tenants=self.tenants,
+                )  # fmt: skip
+                allowed = tenantlimits.allowance((t for _, t in candidates), caps, using)
+                ids = _within(candidates, allowed, remaining)
+                if ids:
+                    result = driver.claim(queue, len(ids), ids=ids, **how)
+                    claimed.extend(result.jobs)
+                    written.extend(result.events)
+                remaining = count - len(claimed)
+                if remaining > 0:
+                    ids = _limited(queue, remaining, now, using, caps=caps)
+                    if ids:
+                        result = driver.claim(queue, len(ids), ids=ids, **how)
+                        claimed.extend(result.jobs)
+                        written.extend(result.events)
+            events.signal(written, using)
+        return claimed
+
+
+#: How many rows past the jobs of tenants at their cap a claim reads at most (per queue).
+#: Within a priority, fair claims interleave the tenants' jobs, so a capped tenant's
+#: backlog is not in front of the others' unless nothing else waits (or fairness is off).
+CAPPED_WINDOW = 1000
+
+
+def _within(candidates: Sequence[tuple[Any, str]], allowed: dict[str, int], n: int) -> list[Any]:
+    """The ids of up to ``n`` of ``candidates``, in order, each capped tenant's only while
+    its allowance lasts (``allowed`` is spent)."""
+    chosen: list[Any] = []
+    for job_id, tenant in candidates:
+        if len(chosen) >= n:
+            break
+        if tenant in allowed:
+            if allowed[tenant] <= 0:
+                continue
+            allowed[tenant] -= 1
+        chosen.append(job_id)
+    return chosen
+
 
 #: An HTTP worker's fetches record its sign of life (its row's ``last_heartbeat_at``; the
 #: first creates the row) at most this often per web process: a worker fetching in a loop
@@ -230,7 +297,9 @@ def _touch_due(using: str, worker_id: str | None) -> bool:
     return True
 
 
-def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
+def _limited(
+    queue: str, limit: int, now: datetime, using: str, *, caps: dict[str, int] | None = None
+) -> list[Any]:
     """Ids of up to ``limit`` jobs of ``queue`` that its limits and their keys allow now.
 
     Looked at only when the one-statement claim left room: rate-limited jobs, and every
@@ -252,7 +321,7 @@ def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
         .first()
     )
     rules: dict[str, ratelimit.RateLimit] = {}
-    for _, key, wire in candidates:
+    for _, key, wire, _ in candidates:
         if key is not None and key not in rules and isinstance(wire, dict):
             rules[key] = ratelimit.from_wire(wire)
     locks = [RATE_LOCK_PREFIX + key for key in rules]
@@ -269,16 +338,22 @@ def _limited(queue: str, limit: int, now: datetime, using: str) -> list[Any]:
         budget = min(budget, max(queue_limits["concurrency"] - active, 0))
     usages = {key: usage_of(key, rule, now, using)[0] for key, rule in rules.items()}
     allowed = {key: ratelimit.allowance(rules[key], usages[key], now) for key in rules}
+    # Tenants' max_concurrency (lifecycle.tenantlimits) applies on top.
+    room = tenantlimits.allowance((c[3] for c in candidates), caps or {}, using)
     chosen: list[Any] = []
     first: dict[str, Any] = {}
-    for job_id, key, _ in candidates:
+    for job_id, key, _, tenant in candidates:
         if len(chosen) >= budget:
             break
+        if tenant in room and room[tenant] <= 0:
+            continue
         if key is not None and key in allowed:
             if allowed[key] <= 0:
                 continue
             allowed[key] -= 1
             first.setdefault(key, job_id)
+        if tenant in room:
+            room[tenant] -= 1
         chosen.append(job_id)
     _report_changes(rules, usages, first, states, queue, now, using)
     return chosen

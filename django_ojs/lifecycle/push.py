@@ -20,8 +20,14 @@ from django_ojs import middleware, tenancy
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec, check_plain_size, plain_fit, unsized_plain
-from django_ojs.exceptions import DuplicateJob, EnvelopeTooLarge, OJSError, ValidationError
-from django_ojs.lifecycle import events, fairness
+from django_ojs.exceptions import (
+    DuplicateJob,
+    EnvelopeTooLarge,
+    OJSError,
+    TenantLimitExceeded,
+    ValidationError,
+)
+from django_ojs.lifecycle import events, fairness, tenantlimits
 from django_ojs.lifecycle.rows import (
     build_spec,
     check_tenants,
@@ -72,6 +78,24 @@ def push_many(
     if tenancy.current() is not None:
         specs = [_carried(spec) for spec in specs]
     check_tenants(specs)
+    limits = tenantlimits.of_specs(specs, using)
+    if limits:
+        # Multi-tenancy §8: a limited tenant's push is counted against its limits, its
+        # rows locked until the push commits (lifecycle.tenantlimits).
+        specs = tenantlimits.boosted(specs, limits)
+        try:
+            with transaction.atomic(using=using):
+                tenantlimits.admit(specs, limits, now, using)
+                return _push(specs, given_ids, now, default_max_attempts, using)
+        except TenantLimitExceeded as error:
+            tenantlimits.refused(error, using)
+            raise
+    return _push(specs, given_ids, now, default_max_attempts, using)
+
+
+def _push(
+    specs: list[JobSpec], given_ids: set[Any], now: datetime, default_max_attempts: int, using: str
+) -> list[Job]:
     given = [spec.id for spec in specs if spec.id in given_ids]
     if any(spec.unique_policy is not None for spec in specs):
         return _push_unique(specs, job_rows(specs, now, default_max_attempts), given, now, using)

@@ -1,7 +1,8 @@
 """Tenants (OJS multi-tenancy §8, §10; fair scheduling §9.2): their configuration (the
 only writer of ``Tenant`` rows) and what the admin API reports of them.
 
-A tenant exists as soon as a job names it; its row only changes its fairness weight.
+A tenant exists as soon as a job names it; its row changes its fairness weight, gives it
+limits (``lifecycle.tenantlimits`` applies them) or throttles it.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from django_ojs import tenantlimits as rules
 from django_ojs.actors import Actor
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import ValidationError
-from django_ojs.lifecycle import audit
+from django_ojs.lifecycle import audit, events
 from django_ojs.lifecycle.store import db
+from django_ojs.lifecycle.tenantlimits import active_counts, forget_tenant_limits, limits_of
 from django_ojs.models import Job, Tenant
 from django_ojs.models.tenants import DEFAULT_WEIGHT
 from django_ojs.states import JobState
@@ -63,7 +66,63 @@ def set_tenant(
             create_defaults={"weight": weight, "created_at": now, "updated_at": now},
         )
         audit.record(actor, "tenant.configure", using, tenant_id=tenant_id, weight=weight)
+        if created:
+            events.emit_other("tenant.created", tenant_id, using, tenant_id=tenant_id)
     return tenant, created
+
+
+def set_limits(
+    tenant_id: str,
+    limits: Any,
+    *,
+    reason: str = "",
+    actor: Actor | None = None,
+    using: str | None = None,
+) -> tuple[Tenant, bool]:
+    """Change a tenant's limits (multi-tenancy §8.1, §9.3); ``(tenant, created)``.
+
+    ``limits`` names the fields it changes (``max_concurrency``, ``max_enqueue_rate``,
+    ``max_queue_depth``, ``max_scheduled``, ``priority_boost``, ``quota``); ``null``
+    removes one; the others keep their values. ``reason`` goes to the audit trail. The
+    change applies at once in this process and within ``OJS_TENANT_LIMITS_CACHE_SECONDS``
+    in the others.
+    """
+    using = db(using)
+    tenant_id = validate_tenant(tenant_id, field="tenant_id")
+    if not isinstance(reason, str) or len(reason) > 1000:
+        raise ValidationError("reason must be a string of at most 1000 characters", field="reason")
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        tenant, created = (
+            Tenant.objects.using(using)
+            .select_for_update()
+            .get_or_create(tenant_id=tenant_id, defaults={"created_at": now, "updated_at": now})
+        )
+        new = rules.parse(limits, limits_of(tenant))
+        rate = new.enqueue_rate
+        tenant.max_concurrency = new.max_concurrency
+        tenant.max_queue_depth = new.max_queue_depth
+        tenant.max_scheduled = new.max_scheduled
+        tenant.enqueue_rate_limit = None if rate is None else rate[0]
+        tenant.enqueue_rate_period_ms = None if rate is None else rate[1]
+        tenant.priority_boost = new.priority_boost
+        tenant.quota = new.quota
+        tenant.updated_at = now
+        tenant.save(using=using)
+        wire = rules.wire(new)
+        audit.record(
+            actor, "tenant.limits", using, tenant_id=tenant_id, limits=wire, reason=reason or None
+        )
+        if created:
+            events.emit_other("tenant.created", tenant_id, using, tenant_id=tenant_id)
+    forget_tenant_limits()
+    return tenant, created
+
+
+def limits_wire(tenant_id: str, *, using: str | None = None) -> dict[str, Any]:
+    """A tenant's limits in their §8.1 form (every field; ``null``: none)."""
+    row = Tenant.objects.using(db(using)).filter(tenant_id=tenant_id).first()
+    return rules.wire(rules.NONE if row is None else limits_of(row))
 
 
 def delete_tenant(tenant_id: str, *, actor: Actor | None = None, using: str | None = None) -> bool:
@@ -73,6 +132,7 @@ def delete_tenant(tenant_id: str, *, actor: Actor | None = None, using: str | No
     with transaction.atomic(using=using):
         deleted, _ = Tenant.objects.using(using).filter(tenant_id=tenant_id).delete()
         audit.record(actor, "tenant.delete", using, tenant_id=tenant_id, changed=bool(deleted))
+    forget_tenant_limits()
     return bool(deleted)
 
 
@@ -113,12 +173,36 @@ def tenant_stats(tenant_id: str, *, using: str | None = None) -> dict[str, Any]:
         counts[state.value] = n
         if estimate:
             estimated.append(state.value)
-    weight = weight_of(tenant_id, using=using)
+    row = Tenant.objects.using(using).filter(tenant_id=tenant_id).first()
+    weight = DEFAULT_WEIGHT if row is None else float(row.weight)
+    limits = rules.NONE if row is None else limits_of(row)
     return {
         "tenant_id": tenant_id,
         "jobs": counts,
         "total_jobs": sum(counts.values()),
         "estimated": estimated,
         "fairness": {"weight": weight},
-        "configured": Tenant.objects.using(using).filter(tenant_id=tenant_id).exists(),
+        "configured": row is not None,
+        "limits": usage_of_limits(tenant_id, limits, counts, using),
     }
+
+
+def usage_of_limits(
+    tenant_id: str, limits: rules.Limits, counts: dict[str, int], using: str
+) -> dict[str, Any]:
+    """§10.2's ``limits``: each limit the tenant has, ``{"limit": n, "current": m}``."""
+    out: dict[str, Any] = {}
+    if limits.max_concurrency is not None:
+        active = active_counts([tenant_id], using)[tenant_id]
+        out["max_concurrency"] = {"limit": limits.max_concurrency, "current": active}
+    if limits.max_queue_depth is not None:
+        depth = counts.get("available", 0) + counts.get("scheduled", 0)
+        out["max_queue_depth"] = {"limit": limits.max_queue_depth, "current": depth}
+    if limits.max_scheduled is not None:
+        out["max_scheduled"] = {
+            "limit": limits.max_scheduled,
+            "current": counts.get("scheduled", 0),
+        }
+    if limits.enqueue_rate is not None:
+        out["max_enqueue_rate"] = rules.wire(limits)["max_enqueue_rate"]
+    return out

@@ -32,9 +32,12 @@ pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
 def _maintenance_switch_known(_forget_maintenance: None, settings: Any) -> None:
     """Fetches read the maintenance switch once per OJS_MAINTENANCE_CACHE_SECONDS per
     process, not once each (tests/integration/test_maintenance.py): count a fetch's
-    statements as a busy process makes them, with the switch already read."""
+    statements as a busy process makes them, with the switch already read. The same for
+    the tenants' limits that pushes and fetches read (lifecycle.tenantlimits)."""
     settings.OJS_MAINTENANCE_CACHE_SECONDS = 3600
+    settings.OJS_TENANT_LIMITS_CACHE_SECONDS = 3600
     assert lifecycle.in_maintenance() is False
+    assert lifecycle.tenant_limits() == {}
 
 
 @pytest.fixture

@@ -245,10 +245,19 @@ def test_the_django_admin_shows_filters_and_configures_tenants():
     assert [j.tenant for j in page.context["cl"].result_list] == ["acme"]
     found = browser.get("/admin/ojs/job/", {"q": "tenant:beta"})
     assert [j.tenant for j in found.context["cl"].result_list] == ["beta"]
-    added = browser.post("/admin/ojs/tenant/add/", {"tenant_id": "acme", "weight": "3"})
+    form = {"weight": "3", "priority_boost": "0", "quota": "hard", "max_concurrency": "4"}
+    added = browser.post("/admin/ojs/tenant/add/", {"tenant_id": "acme", **form})
     assert added.status_code == 302, added.content[:500]
     assert Tenant.objects.get(pk="acme").weight == 3.0
-    refused = browser.post("/admin/ojs/tenant/add/", {"tenant_id": "bad id", "weight": "1"})
+    assert lifecycle.tenant_limits()["acme"].max_concurrency == 4
+    form.update(
+        {"max_concurrency": "", "enqueue_rate_limit": "10", "enqueue_rate_period_ms": "60000"}
+    )
+    changed = browser.post("/admin/ojs/tenant/acme/change/", form)
+    assert changed.status_code == 302, changed.content[:500]
+    assert lifecycle.limits_wire("acme")["max_enqueue_rate"] == {"limit": 10, "period": "PT60S"}
+    assert lifecycle.limits_wire("acme")["max_concurrency"] is None
+    refused = browser.post("/admin/ojs/tenant/add/", {"tenant_id": "bad id", **form})
     assert refused.status_code == 200 and not Tenant.objects.filter(pk="bad id").exists()
 
 

@@ -1,14 +1,15 @@
 """Admin API tenants (OJS multi-tenancy §10): list, detail, configure, forget, statistics,
 and a tenant's jobs.
 
-A key limited to some tenants sees and changes only those. Limits (``/limits``,
-§8-§9) are not served yet.
+A key limited to some tenants sees and changes only those. Limits (§8.1) are set with
+``PUT /admin/tenants/{id}`` (``limits``) or ``PUT /admin/tenants/{id}/limits``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from rest_framework.response import Response
 
 from django_ojs import jobquery, lifecycle
@@ -29,12 +30,35 @@ class TenantView(AdminView):
         return tenant
 
 
-def _weight(body: dict[str, Any]) -> Any:
-    """The weight a PUT sets: ``fairness_weight`` (§8.1), or ``weight``."""
-    unknown = sorted(set(body) - {"fairness_weight", "weight", "tenant_id"})
+#: What ``PUT /admin/tenants/{id}`` takes (§8.1's configuration).
+CONFIG_FIELDS = {"fairness_weight", "weight", "tenant_id", "limits", "priority_boost", "reason"}
+
+
+def _config(body: dict[str, Any], tenant: str) -> tuple[Any, dict[str, Any] | None]:
+    """The weight and the limits a PUT sets: ``fairness_weight`` (§8.1) or ``weight``;
+    ``limits``, with §8.1's top-level ``priority_boost`` among them (``None``: no
+    change to the limits)."""
+    unknown = sorted(set(body) - CONFIG_FIELDS)
     if unknown:
         raise ValidationError(f"Unknown field '{unknown[0]}'", field=unknown[0])
-    return body.get("fairness_weight", body.get("weight", 1.0))
+    named = body.get("tenant_id", tenant)
+    if named != tenant:
+        raise ValidationError("tenant_id differs from the tenant of the path", field="tenant_id")
+    limits = body.get("limits")
+    if limits is not None and not isinstance(limits, dict):
+        raise ValidationError("limits must be an object", field="limits")
+    if "priority_boost" in body:
+        limits = {**(limits or {}), "priority_boost": body["priority_boost"]}
+    return body.get("fairness_weight", body.get("weight", 1.0)), limits
+
+
+def _reason(body: dict[str, Any]) -> str:
+    reason = body.get("reason", "")
+    if reason is None:
+        return ""
+    if not isinstance(reason, str):
+        raise ValidationError("reason must be a string", field="reason")
+    return reason
 
 
 class TenantsView(TenantView):
@@ -65,15 +89,27 @@ class TenantDetailView(TenantView):
     and ``DELETE`` (forget its configuration) ``/admin/tenants/{id}``."""
 
     def get(self, request: Any, tenant_id: str) -> Response:
-        stats = lifecycle.tenant_stats(self.tenant(request, tenant_id))
-        return Response({**stats, "fairness_weight": stats["fairness"]["weight"]})
+        tenant = self.tenant(request, tenant_id)
+        stats = lifecycle.tenant_stats(tenant)
+        return Response(
+            {
+                **stats,
+                "fairness_weight": stats["fairness"]["weight"],
+                "config": _config_of(tenant, stats["fairness"]["weight"]),
+            }
+        )
 
     def put(self, request: Any, tenant_id: str) -> Response:
         tenant = self.tenant(request, tenant_id)
-        weight = _weight(self.body(request))
-        row, created = lifecycle.set_tenant(tenant, weight=weight, actor=self.actor(request))
+        body = self.body(request)
+        weight, limits = _config(body, tenant)
+        actor = self.actor(request)
+        with transaction.atomic(using=lifecycle.database(None)):
+            row, created = lifecycle.set_tenant(tenant, weight=weight, actor=actor)
+            if limits is not None:
+                lifecycle.set_limits(tenant, limits, reason=_reason(body), actor=actor)
         return Response(
-            {"tenant_id": row.tenant_id, "fairness_weight": row.weight, "created": created},
+            {**_config_of(tenant, row.weight), "created": created},
             status=201 if created else 200,
         )
 
@@ -101,3 +137,35 @@ class TenantJobsView(TenantView):
         jobs = jobquery.order(jobs, params)
         items, page = paginate(jobs, params, keyset=True)
         return Response({"items": [job_summary(j) for j in items], "pagination": page})
+
+
+def _config_of(tenant: str, weight: float) -> dict[str, Any]:
+    """A tenant's configuration in §8.1's form."""
+    limits = lifecycle.limits_wire(tenant)
+    return {
+        "tenant_id": tenant,
+        "limits": {k: v for k, v in limits.items() if k != "priority_boost"},
+        "fairness_weight": weight,
+        "priority_boost": limits["priority_boost"],
+    }
+
+
+class TenantLimitsView(TenantView):
+    """``GET`` and ``PUT /admin/tenants/{id}/limits`` (§9.3): a tenant's limits; a PUT
+    changes the fields it names (``null`` removes one) and may give a ``reason``, which
+    the audit trail keeps."""
+
+    def get(self, request: Any, tenant_id: str) -> Response:
+        tenant = self.tenant(request, tenant_id)
+        return Response({"tenant_id": tenant, **lifecycle.limits_wire(tenant)})
+
+    def put(self, request: Any, tenant_id: str) -> Response:
+        tenant = self.tenant(request, tenant_id)
+        body = dict(self.body(request))
+        reason = _reason(body)
+        body.pop("reason", None)
+        _, created = lifecycle.set_limits(tenant, body, reason=reason, actor=self.actor(request))
+        return Response(
+            {"tenant_id": tenant, **lifecycle.limits_wire(tenant), "created": created},
+            status=201 if created else 200,
+        )

@@ -61,6 +61,8 @@ from django_ojs.drivers.postgresql.shapes import (
 )
 from django_ojs.drivers.postgresql.statements import (
     AFTER_EMPTY_CLAIM_SQL,
+    CAPPED_CANDIDATES_SQL,
+    CAPPED_TENANT_CANDIDATES_SQL,
     COPY_EVENTS_SQL,
     COPY_THRESHOLD,
     DISTINCT_TENANTS_SQL,
@@ -432,9 +434,32 @@ class PostgreSQLDriver(OrmDriver):
             cursor.execute(LIMITED_CANDIDATES_SQL, {"queue": queue, "now": now, "limit": limit})
             rows = cursor.fetchall()
         return [
-            (id_, key, json.loads(wire) if isinstance(wire, str | bytes) else wire)
-            for id_, key, wire in rows
+            (id_, key, json.loads(wire) if isinstance(wire, str | bytes) else wire, tenant)
+            for id_, key, wire, tenant in rows
         ]
+
+    def capped_candidates(
+        self,
+        queue: str,
+        now: datetime,
+        limit: int,
+        *,
+        window: int,
+        held: Sequence[str],
+        tenants: Sequence[str] | None,
+    ) -> list[tuple[Any, str]]:
+        params = {
+            "queue": queue,
+            "now": now,
+            "limit": limit,
+            "window": window,
+            "held": list(held),
+            "tenants": None if tenants is None else list(tenants),
+        }
+        sql = CAPPED_CANDIDATES_SQL if tenants is None else CAPPED_TENANT_CANDIDATES_SQL
+        with server_cursor(connections[self.using]) as cursor:
+            cursor.execute(sql, params)
+            return [(id_, tenant) for id_, tenant in cursor.fetchall()]
 
     def push_one(
         self, job: Job, *, available: bool, now: datetime, events: EventMode, source: str

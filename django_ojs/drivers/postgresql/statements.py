@@ -470,12 +470,48 @@ TOUCH_WORKER_CTE = f"touched AS (\n{TOUCH_WORKER_SQL}\n), "
 
 
 LIMITED_CANDIDATES_SQL = """
-SELECT id, rate_key, rate_limit FROM ojs_job
+SELECT id, rate_key, rate_limit, tenant FROM ojs_job
 WHERE state = 'available' AND queue = %(queue)s
   AND (rate_key IS NOT NULL
        OR EXISTS (SELECT 1 FROM ojs_queue q WHERE q.name = %(queue)s AND q.limits IS NOT NULL))
   AND (stale_at IS NULL OR stale_at > %(now)s)
 ORDER BY priority DESC, id
+LIMIT %(limit)s
+"""
+
+
+# A claim while some tenants have a max_concurrency (lifecycle.tenantlimits): the jobs free
+# of rate limits in claim order (ojs_job_claim_idx), locked as they are read, leaving out
+# those of tenants at their cap. The inner LIMIT bounds the rows read when such a
+# tenant's jobs come first; the outer one stops the scan once enough are found
+# (PostgreSQL pulls rows through the subquery only as the outer query asks for them).
+CAPPED_CANDIDATES_SQL = """
+SELECT id, tenant FROM (
+    SELECT id, tenant FROM ojs_job
+    WHERE state = 'available' AND queue = %(queue)s AND rate_key IS NULL
+      AND (stale_at IS NULL OR stale_at > %(now)s)
+    ORDER BY priority DESC, vtime, id
+    LIMIT %(window)s
+    FOR UPDATE SKIP LOCKED
+) w
+WHERE tenant <> ALL(%(held)s::text[])
+LIMIT %(limit)s
+"""
+
+
+# The same, for a fetch limited to some tenants (an API key's): along
+# ojs_job_tenant_claim_idx when it names one.
+CAPPED_TENANT_CANDIDATES_SQL = """
+SELECT id, tenant FROM (
+    SELECT id, tenant FROM ojs_job
+    WHERE state = 'available' AND queue = %(queue)s AND rate_key IS NULL
+      AND tenant = ANY(%(tenants)s::text[]) AND tenant <> ''
+      AND (stale_at IS NULL OR stale_at > %(now)s)
+    ORDER BY priority DESC, vtime, id
+    LIMIT %(window)s
+    FOR UPDATE SKIP LOCKED
+) w
+WHERE tenant <> ALL(%(held)s::text[])
 LIMIT %(limit)s
 """
 

@@ -1,0 +1,208 @@
+"""A tenant's limits (OJS multi-tenancy §8): their wire form, and what they allow.
+
+Pure: no database access. ``lifecycle.tenantlimits`` reads the numbers and applies
+these rules: an enqueue beyond a limit is refused (§8.2: 429 ``tenant_limit_exceeded``)
+or, with a soft quota (§15.5), let through and reported; a tenant at its
+``max_concurrency`` gets no more claims until one of its jobs ends.
+
+The wire form (§8.1)::
+
+    {"max_concurrency": 20, "max_enqueue_rate": {"limit": 1000, "period": "PT1M"},
+     "max_queue_depth": 50000, "max_scheduled": 10000, "priority_boost": 0,
+     "quota": "hard"}
+
+An update names the fields it changes; ``null`` removes a limit; a field left out keeps
+its value (``PUT /admin/tenants/{id}/limits`` with only ``max_concurrency`` lowers that
+one during an incident, §9.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django_ojs.exceptions import TenantLimitExceeded, ValidationError
+from django_ojs.validation import parse_duration
+
+#: The fields of a tenant's limits on the wire.
+FIELDS = (
+    "max_concurrency",
+    "max_enqueue_rate",
+    "max_queue_depth",
+    "max_scheduled",
+    "priority_boost",
+    "quota",
+)
+#: The largest number a limit may be (the database's bigint, with room).
+MAX_LIMIT = 2**53
+#: ``priority_boost`` keeps a boosted priority in the core's range (-100..100).
+MAX_BOOST = 200
+QUOTAS = ("hard", "soft")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A tenant's limits; ``None``: that one is not limited."""
+
+    max_concurrency: int | None = None
+    max_queue_depth: int | None = None
+    max_scheduled: int | None = None
+    #: ``(limit, period in ms)``: at most ``limit`` enqueued per period.
+    enqueue_rate: tuple[int, int] | None = None
+    priority_boost: int = 0
+    quota: str = "hard"
+
+    @property
+    def on_enqueue(self) -> bool:
+        """Whether an enqueue has something to count or change."""
+        return (
+            self.max_queue_depth is not None
+            or self.max_scheduled is not None
+            or self.enqueue_rate is not None
+            or self.priority_boost != 0
+        )
+
+    @property
+    def counted(self) -> bool:
+        """Whether an enqueue has something to count (and a lock to take)."""
+        return (
+            self.max_queue_depth is not None
+            or self.max_scheduled is not None
+            or self.enqueue_rate is not None
+        )
+
+    @property
+    def empty(self) -> bool:
+        return self == Limits()
+
+
+NONE = Limits()
+
+
+def _count(value: Any, field: str, *, minimum: int = 0) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_LIMIT:
+        raise ValidationError(f"{field} must be a whole number >= {minimum}", field=field)
+    return value
+
+
+def _rate(value: Any) -> tuple[int, int] | None:
+    field = "max_enqueue_rate"
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"limit", "period"} or "limit" not in value:
+        raise ValidationError(f"{field} must be {{limit, period}}", field=field)
+    limit = _count(value["limit"], f"{field}.limit", minimum=1)
+    period = value.get("period", "PT1S")
+    try:
+        period_ms = parse_duration(period, field_name=f"{field}.period")
+    except ValidationError as exc:
+        raise ValidationError(exc.message, field=f"{field}.period") from None
+    if period_ms <= 0:
+        raise ValidationError(f"{field}.period must be longer than zero", field=f"{field}.period")
+    assert limit is not None
+    return limit, period_ms
+
+
+def parse(body: Any, base: Limits = NONE) -> Limits:
+    """``base`` updated with the limits ``body`` names (§8.1's fields; ``null`` removes
+    one). Raises :class:`ValidationError` on an unknown field or a malformed value."""
+    if not isinstance(body, dict):
+        raise ValidationError("limits must be an object", field="limits")
+    unknown = sorted(set(body) - set(FIELDS))
+    if unknown:
+        raise ValidationError(f"Unknown limit '{unknown[0]}'", field=unknown[0])
+    changes: dict[str, Any] = {}
+    for field in ("max_concurrency", "max_queue_depth", "max_scheduled"):
+        if field in body:
+            changes[field] = _count(body[field], field)
+    if "max_enqueue_rate" in body:
+        changes["enqueue_rate"] = _rate(body["max_enqueue_rate"])
+    if "priority_boost" in body:
+        boost = body["priority_boost"]
+        if boost is None:
+            boost = 0
+        if isinstance(boost, bool) or not isinstance(boost, int) or abs(boost) > MAX_BOOST:
+            raise ValidationError(
+                f"priority_boost must be a whole number from -{MAX_BOOST} to {MAX_BOOST}",
+                field="priority_boost",
+            )
+        changes["priority_boost"] = boost
+    if "quota" in body:
+        quota = body["quota"] if body["quota"] is not None else "hard"
+        if quota not in QUOTAS:
+            raise ValidationError("quota must be 'hard' or 'soft'", field="quota")
+        changes["quota"] = quota
+    return replace(base, **changes)
+
+
+def wire(limits: Limits) -> dict[str, Any]:
+    """The §8.1 form of ``limits`` (every field; ``null`` where none)."""
+    rate = limits.enqueue_rate
+    return {
+        "max_concurrency": limits.max_concurrency,
+        "max_enqueue_rate": None
+        if rate is None
+        else {"limit": rate[0], "period": _iso_period(rate[1])},
+        "max_queue_depth": limits.max_queue_depth,
+        "max_scheduled": limits.max_scheduled,
+        "priority_boost": limits.priority_boost,
+        "quota": limits.quota,
+    }
+
+
+def _iso_period(ms: int) -> str:
+    seconds, rest = divmod(ms, 1000)
+    return f"PT{seconds}.{rest:03d}S" if rest else f"PT{seconds}S"
+
+
+def boosted(priority: int, limits: Limits) -> int:
+    """A job's priority with its tenant's ``priority_boost``, kept in -100..100."""
+    if not limits.priority_boost:
+        return priority
+    return max(-100, min(100, priority + limits.priority_boost))
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a tenant holds when it enqueues: jobs available and scheduled (``depth``),
+    scheduled, and its enqueue window (when it began, how many it took)."""
+
+    depth: int = 0
+    scheduled: int = 0
+    window_start: datetime | None = None
+    window_count: int = 0
+
+
+def window(limits: Limits, usage: Usage, now: datetime) -> tuple[datetime, int]:
+    """The enqueue window ``now`` falls in: its start and its count so far (a fixed
+    window of the rate's period, begun by the first enqueue after the last one ended)."""
+    rate = limits.enqueue_rate
+    start, count = usage.window_start, usage.window_count
+    if rate is None or start is None or now >= start + timedelta(milliseconds=rate[1]):
+        return now, 0
+    return start, count
+
+
+def exceeded(
+    tenant: str, limits: Limits, usage: Usage, now: datetime, *, adding: int, scheduled: int
+) -> TenantLimitExceeded | None:
+    """The first limit that ``adding`` more jobs (``scheduled`` of them for later) would
+    exceed, as the error to raise (or, with a soft quota, to report); ``None`` if none."""
+    checks: list[tuple[str, int | None, int, int]] = [
+        ("max_queue_depth", limits.max_queue_depth, usage.depth, adding),
+        ("max_scheduled", limits.max_scheduled, usage.scheduled, scheduled),
+    ]
+    retry_after = 30
+    if limits.enqueue_rate is not None:
+        start, count = window(limits, usage, now)
+        checks.insert(0, ("max_enqueue_rate", limits.enqueue_rate[0], count, adding))
+        ends = start + timedelta(milliseconds=limits.enqueue_rate[1])
+        rate_retry = max(1, int((ends - now).total_seconds() + 0.999))
+    for name, maximum, current, more in checks:
+        if maximum is not None and more > 0 and current + more > maximum:
+            wait = rate_retry if name == "max_enqueue_rate" else retry_after
+            return TenantLimitExceeded(tenant, name, current, maximum, retry_after=wait)
+    return None

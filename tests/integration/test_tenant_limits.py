@@ -1,0 +1,226 @@
+"""Per-tenant limits (OJS multi-tenancy §8, §9.3, §10.1-§10.2): enqueue rejection with 429
+``tenant_limit_exceeded``, soft quotas, the priority boost, ``max_concurrency`` on claims,
+and the admin API's ``/limits``."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+import django_ojs
+from django_ojs import apikeys, lifecycle
+from django_ojs.exceptions import TenantLimitExceeded
+from django_ojs.models import AuditEntry, Event, Job, Tenant
+from tests.integration.api_support import OJSClient, assert_ojs_error, client
+
+pytestmark = pytest.mark.django_db
+
+
+def push(tenant: str, n: int = 1, **options):
+    return django_ojs.enqueue_many(
+        [{"type": "t.run", "args": [i], "meta": {"tenant_id": tenant}, **options} for i in range(n)]
+    )
+
+
+def test_an_enqueue_past_max_queue_depth_is_refused_and_reported():
+    lifecycle.set_limits("acme", {"max_queue_depth": 3})
+    push("acme", 2)
+    with pytest.raises(TenantLimitExceeded) as caught:
+        push("acme", 2)  # all or nothing: 2 + 2 > 3
+    assert (caught.value.limit, caught.value.current, caught.value.maximum) == (
+        "max_queue_depth",
+        2,
+        3,
+    )
+    assert Job.objects.filter(tenant="acme").count() == 2
+    django_ojs.enqueue("t.run", [], meta={"tenant_id": "acme"})  # the third fits
+    with pytest.raises(TenantLimitExceeded):
+        django_ojs.enqueue("t.run", [], meta={"tenant_id": "acme"})
+    push("beta", 5)  # another tenant is not limited by acme's limits
+    push("", 0)
+    django_ojs.enqueue("t.run", [])
+    event = Event.objects.filter(type="tenant.limit_exceeded").latest("seq")
+    assert event.subject == "acme"
+    assert event.data["limit"] == "max_queue_depth" and event.data["action"] == "rejected"
+    assert Event.objects.filter(type="tenant.limit_exceeded").count() == 2
+    # Jobs that leave the waiting states make room again.
+    job = lifecycle.fetch(["default"], worker_id="w1", tenants=["acme"])[0]
+    assert job.tenant == "acme"
+    django_ojs.enqueue("t.run", [], meta={"tenant_id": "acme"})
+
+
+def test_max_scheduled_counts_only_jobs_for_later():
+    lifecycle.set_limits("acme", {"max_scheduled": 1})
+    later = (timezone.now() + timedelta(hours=1)).isoformat()
+    push("acme", 1, scheduled_at=later)
+    push("acme", 3)  # to run now: not counted
+    with pytest.raises(TenantLimitExceeded) as caught:
+        push("acme", 1, scheduled_at=later)
+    assert caught.value.limit == "max_scheduled"
+
+
+def test_the_enqueue_rate_refuses_past_its_window_and_lets_the_next_window_in():
+    lifecycle.set_limits("acme", {"max_enqueue_rate": {"limit": 3, "period": "PT1H"}})
+    push("acme", 3)
+    with pytest.raises(TenantLimitExceeded) as caught:
+        push("acme", 1)
+    assert caught.value.limit == "max_enqueue_rate" and caught.value.retry_after > 3000
+    # The window began an hour ago: it is over, and the next one starts with this push.
+    row = Tenant.objects.get(pk="acme")
+    row.enqueue_window_start -= timedelta(hours=1)
+    row.save()
+    push("acme", 3)
+    assert Tenant.objects.get(pk="acme").enqueue_window_count == 3
+
+
+def test_a_soft_quota_lets_the_push_through_and_reports_it():
+    lifecycle.set_limits("acme", {"max_queue_depth": 1, "quota": "soft"})
+    push("acme", 3)
+    assert Job.objects.filter(tenant="acme").count() == 3
+    event = Event.objects.get(type="tenant.limit_exceeded")
+    assert event.data["action"] == "allowed" and event.data["quota"] == "soft"
+
+
+def test_a_priority_boost_raises_the_priority_of_the_tenants_jobs():
+    lifecycle.set_limits("gold", {"priority_boost": 10})
+    boosted = django_ojs.enqueue("t.run", [], meta={"tenant_id": "gold"}, priority=3)
+    plain = django_ojs.enqueue("t.run", [], meta={"tenant_id": "lead"}, priority=3)
+    assert Job.objects.get(pk=boosted.id).priority == 13
+    assert Job.objects.get(pk=plain.id).priority == 3
+    assert lifecycle.fetch(["default"], worker_id="w")[0].id == boosted.id
+
+
+def test_an_enqueue_inside_a_transaction_rolls_back_with_it_and_the_limit_holds():
+    from django.db import transaction
+
+    lifecycle.set_limits("acme", {"max_queue_depth": 2})
+    with pytest.raises(RuntimeError), transaction.atomic():
+        push("acme", 2)
+        raise RuntimeError
+    push("acme", 2)
+    with pytest.raises(TenantLimitExceeded):
+        push("acme", 1)
+
+
+def test_max_concurrency_caps_a_tenants_active_jobs_across_fetches_and_queues():
+    lifecycle.set_limits("noisy", {"max_concurrency": 2})
+    push("noisy", 6)
+    django_ojs.enqueue_many(
+        [
+            {"type": "t.run", "meta": {"tenant_id": "noisy"}, "queue": "other"},
+            {"type": "t.run", "meta": {"tenant_id": "quiet"}, "queue": "other"},
+        ]
+    )
+    push("quiet", 3)
+    django_ojs.enqueue("t.run", [])  # a job without a tenant
+    first = lifecycle.fetch(["default", "other"], count=10, worker_id="w1")
+    tenants = sorted(job.tenant for job in first)
+    assert tenants == ["", "noisy", "noisy", "quiet", "quiet", "quiet", "quiet"]
+    assert lifecycle.fetch(["default", "other"], count=10, worker_id="w2") == []
+    done = next(job for job in first if job.tenant == "noisy")
+    lifecycle.ack(done.id, worker_id="w1")
+    again = lifecycle.fetch(["default", "other"], count=10, worker_id="w2")
+    assert [job.tenant for job in again] == ["noisy"]
+    assert Job.objects.filter(tenant="noisy", state="active").count() == 2
+    # Lifting the cap hands out the rest.
+    lifecycle.set_limits("noisy", {"max_concurrency": None})
+    assert len(lifecycle.fetch(["default", "other"], count=10, worker_id="w3")) == 4
+
+
+def test_max_concurrency_holds_for_rate_limited_jobs_and_a_tenant_scoped_fetch():
+    lifecycle.set_limits("noisy", {"max_concurrency": 1})
+    django_ojs.enqueue_many(
+        [
+            {
+                "type": "t.run",
+                "meta": {"tenant_id": "noisy"},
+                "rate_limit": {"key": "api", "concurrency": 5},
+            }
+            for _ in range(3)
+        ]
+    )
+    push("noisy", 2)
+    got = lifecycle.fetch(["default"], count=10, worker_id="w1", tenants=["noisy"])
+    assert len(got) == 1
+    assert lifecycle.fetch(["default"], count=10, worker_id="w2") == []
+
+
+def test_a_capped_tenants_backlog_does_not_hold_back_the_others():
+    lifecycle.set_limits("noisy", {"max_concurrency": 1})
+    push("noisy", 50)
+    push("quiet", 2)
+    first = lifecycle.fetch(["default"], count=1, worker_id="w1")
+    assert [j.tenant for j in first] == ["noisy"]
+    taken = lifecycle.fetch(["default"], count=5, worker_id="w2")
+    assert sorted(j.tenant for j in taken) == ["quiet", "quiet"]
+
+
+def keyed(scope: str, *tenants: str) -> OJSClient:
+    return OJSClient(apikeys.create(f"{scope}-{'-'.join(tenants)}", scope, tenants=tenants)[1])
+
+
+def test_the_http_api_answers_429_with_the_limit_and_retry_after():
+    api = client("admin")
+    job = {"type": "t.run", "args": []}
+    put = api.request(
+        "PUT",
+        "/admin/tenants/acme/limits",
+        {"max_queue_depth": 1, "reason": "incident 42: downstream outage"},
+    )
+    assert put.status_code == 201, put.body
+    assert put.body["max_queue_depth"] == 1 and put.body["max_concurrency"] is None
+    assert api.post("/jobs", job, headers={"X-OJS-Tenant": "acme"}).status_code == 201
+    refused = api.post("/jobs", job, headers={"X-OJS-Tenant": "acme"})
+    body = assert_ojs_error(refused, 429, "tenant_limit_exceeded")
+    assert refused["Retry-After"] == "30"
+    assert body["tenant_id"] == "acme" and body["limit"] == "max_queue_depth"
+    assert (body["current"], body["maximum"]) == (1, 1)
+    assert body["details"]["maximum"] == 1
+    batch = api.post("/jobs/batch", {"jobs": [job]}, headers={"X-OJS-Tenant": "acme"})
+    assert_ojs_error(batch, 429, "tenant_limit_exceeded")
+    entry = AuditEntry.objects.filter(action="tenant.limits").latest("id")
+    assert entry.detail["reason"] == "incident 42: downstream outage"
+
+
+def test_the_admin_api_sets_and_shows_limits_and_refuses_bad_ones():
+    api = client("admin")
+    put = api.request(
+        "PUT",
+        "/admin/tenants/acme",
+        {
+            "tenant_id": "acme",
+            "limits": {
+                "max_concurrency": 20,
+                "max_enqueue_rate": {"limit": 1000, "period": "PT1M"},
+            },
+            "fairness_weight": 10,
+            "priority_boost": 2,
+        },
+    )
+    assert put.status_code == 201, put.body
+    assert put.body["limits"]["max_concurrency"] == 20
+    assert put.body["limits"]["max_enqueue_rate"] == {"limit": 1000, "period": "PT60S"}
+    assert put.body["fairness_weight"] == 10 and put.body["priority_boost"] == 2
+    assert api.get("/admin/tenants/acme/limits").body["max_concurrency"] == 20
+    lowered = api.request("PUT", "/admin/tenants/acme/limits", {"max_concurrency": 5})
+    assert lowered.status_code == 200 and lowered.body["max_concurrency"] == 5
+    assert lowered.body["max_enqueue_rate"] == {"limit": 1000, "period": "PT60S"}
+    detail = api.get("/admin/tenants/acme").body
+    assert detail["config"]["limits"]["max_concurrency"] == 5
+    stats = api.get("/admin/tenants/acme/stats").body
+    assert stats["limits"]["max_concurrency"] == {"limit": 5, "current": 0}
+    for bad in ({"max_concurrency": -1}, {"max_workers": 1}, {"reason": 5}):
+        assert_ojs_error(api.request("PUT", "/admin/tenants/acme/limits", bad), 400)
+    assert_ojs_error(api.request("PUT", "/admin/tenants/acme", {"limits": 3}), 400)
+    assert_ojs_error(api.request("PUT", "/admin/tenants/acme", {"tenant_id": "beta"}), 400)
+    assert Event.objects.filter(type="tenant.created", subject="acme").count() == 1
+    limited = keyed("admin", "beta")
+    assert_ojs_error(
+        limited.request("PUT", "/admin/tenants/acme/limits", {"max_concurrency": 1}), 403
+    )
+    assert (
+        limited.request("PUT", "/admin/tenants/beta/limits", {"max_concurrency": 1}).status_code
+        == 201
+    )
