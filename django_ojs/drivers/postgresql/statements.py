@@ -593,15 +593,20 @@ SELECT type FROM t WHERE type IS NOT NULL
 # index probe: the head along ojs_job_claim_idx (queue, priority, then vtime ascending,
 # past the jobs without a tenant, whose vtime is 0), the tail along
 # ojs_job_tenant_claim_idx backwards, the weight by primary key.
+# The tail names its tenant as a range of one (>= and <=) and orders by it: with
+# ``tenant = k.t`` the planner, which cannot tell a small tenant from a large one,
+# walked ojs_job_claim_idx backwards instead, filtering on the tenant, and a push of a
+# tenant with few jobs beside one with 50,000 waiting read all 50,000 (69 ms; 0.1 ms
+# along the tenant's index). No other index gives that order without a sort.
 FAIR_BASES_SQL = """
 SELECT k.q, k.t, k.p,
     (SELECT j.vtime FROM ojs_job j
      WHERE j.state = 'available' AND j.queue = k.q AND j.priority = k.p AND j.vtime > 0
      ORDER BY j.vtime LIMIT 1),
     (SELECT j.vtime FROM ojs_job j
-     WHERE j.state = 'available' AND j.queue = k.q AND j.tenant = k.t AND j.tenant <> ''
-       AND j.priority = k.p
-     ORDER BY j.vtime DESC LIMIT 1),
+     WHERE j.state = 'available' AND j.queue = k.q AND j.tenant >= k.t AND j.tenant <= k.t
+       AND j.tenant <> '' AND j.priority = k.p
+     ORDER BY j.tenant DESC, j.vtime DESC LIMIT 1),
     (SELECT w.weight FROM ojs_tenant w WHERE w.tenant_id = k.t)
 FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(priorities)s::int[]) AS k(q, t, p)
 """
