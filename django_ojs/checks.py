@@ -191,6 +191,13 @@ def check_settings(
         if value is not None and not isinstance(value, bool):
             # A string such as "False" would read as on.
             out.append(Error(f"{name} must be True or False.", id="ojs.E018"))
+    from django_ojs import tenantlimits
+    from django_ojs.exceptions import ValidationError
+
+    try:
+        tenantlimits.throttling(getattr(django_settings, "OJS_TENANT_THROTTLING", None))
+    except ValidationError as exc:
+        out.append(Error(exc.message, id="ojs.E018"))
     return out
 
 

@@ -406,6 +406,12 @@ class Settings:
         return bool(self._get("OJS_TENANT_FAIRNESS", DEFAULT_TENANT_FAIRNESS))
 
     @property
+    def TENANT_THROTTLING(self) -> Any:
+        """Noisy-neighbour throttling (multi-tenancy §9.2): ``None`` (off), ``True`` or a
+        dict of thresholds (``tenantlimits.THROTTLING_DEFAULTS``)."""
+        return self._get("OJS_TENANT_THROTTLING", None)
+
+    @property
     def TENANT_LIMITS_CACHE_SECONDS(self) -> float:
         """Seconds a process trusts the tenants' limits it last read (0: never)."""
         return float(

@@ -41,6 +41,8 @@ class PassResult:
     pruned: dict[str, int] = field(default_factory=dict)
     #: Job tables analysed because their statistics were badly out of date (PostgreSQL).
     analyzed: list[str] = field(default_factory=list)
+    #: Tenants throttled (or whose throttle was renewed) as noisy neighbours, and why.
+    throttled: dict[str, str] = field(default_factory=dict)
 
     @property
     def moved(self) -> int:
@@ -72,6 +74,13 @@ def run_once(*, prune: bool = False, using: str | None = None) -> PassResult:
     with lifecycle.lead(LOCK_NAME, using=using) as leader:
         if leader:
             result.analyzed = lifecycle.refresh_statistics(using=using)
+    # Noisy neighbours (multi-tenancy §9.2, OJS_TENANT_THROTTLING): ended throttles are
+    # lifted every pass; detection runs every OJS_TENANT_THROTTLING["every"] seconds.
+    with lifecycle.lead(LOCK_NAME, using=using) as leader:
+        if leader:
+            result.throttled = lifecycle.detect_noisy_neighbours(using=using)
+    if result.throttled:
+        logger.info("throttled noisy tenants: %s", result.throttled)
     if result.analyzed:
         logger.info(
             "analysed %s: twice the rows it held at its last analysis, or more",

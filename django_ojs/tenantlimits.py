@@ -18,6 +18,7 @@ one during an incident, §9.3).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,6 +37,8 @@ FIELDS = (
 )
 #: The largest number a limit may be (the database's bigint, with room).
 MAX_LIMIT = 2**53
+#: The largest ``max_concurrency`` and enqueue rate limit (32-bit integer columns).
+MAX_CONCURRENCY = 2**31 - 1
 #: ``priority_boost`` keeps a boosted priority in the core's range (-100..100).
 MAX_BOOST = 200
 QUOTAS = ("hard", "soft")
@@ -95,6 +98,10 @@ def _rate(value: Any) -> tuple[int, int] | None:
     if not isinstance(value, dict) or set(value) - {"limit", "period"} or "limit" not in value:
         raise ValidationError(f"{field} must be {{limit, period}}", field=field)
     limit = _count(value["limit"], f"{field}.limit", minimum=1)
+    if limit is not None and limit > MAX_CONCURRENCY:
+        raise ValidationError(
+            f"{field}.limit must be at most {MAX_CONCURRENCY}", field=f"{field}.limit"
+        )
     period = value.get("period", "PT1S")
     try:
         period_ms = parse_duration(period, field_name=f"{field}.period")
@@ -118,6 +125,10 @@ def parse(body: Any, base: Limits = NONE) -> Limits:
     for field in ("max_concurrency", "max_queue_depth", "max_scheduled"):
         if field in body:
             changes[field] = _count(body[field], field)
+    if (changes.get("max_concurrency") or 0) > MAX_CONCURRENCY:
+        raise ValidationError(
+            f"max_concurrency must be at most {MAX_CONCURRENCY}", field="max_concurrency"
+        )
     if "max_enqueue_rate" in body:
         changes["enqueue_rate"] = _rate(body["max_enqueue_rate"])
     if "priority_boost" in body:
@@ -206,3 +217,101 @@ def exceeded(
             wait = rate_retry if name == "max_enqueue_rate" else retry_after
             return TenantLimitExceeded(tenant, name, current, maximum, retry_after=wait)
     return None
+
+
+# -- Noisy neighbours (§9.1-§9.2) -----------------------------------------------------------
+
+#: ``OJS_TENANT_THROTTLING``'s keys and their defaults (§9.1's thresholds).
+THROTTLING_DEFAULTS: dict[str, float] = {
+    # A tenant whose available jobs are more than this many times the median of the
+    # other tenants' (with jobs waiting), and at least ``min_depth``...
+    "depth_ratio": 10.0,
+    "min_depth": 1000,
+    # ...gets this fraction of its weight (its next jobs take turns further apart).
+    "weight_factor": 0.2,
+    # A tenant running more than this share of all active jobs while another tenant's
+    # jobs wait, with at least ``min_active`` active, is held to that share.
+    "active_share": 0.5,
+    "min_active": 10,
+    # How long a throttle lasts (seconds); it is renewed while the tenant stays noisy.
+    "duration": 300.0,
+    # Seconds between two detections (the reaper's passes in between skip it).
+    "every": 30.0,
+}
+
+
+@dataclass(frozen=True)
+class Throttling:
+    depth_ratio: float
+    min_depth: float
+    weight_factor: float
+    active_share: float
+    min_active: float
+    duration: float
+    every: float
+
+
+def throttling(value: Any) -> Throttling | None:
+    """``OJS_TENANT_THROTTLING``: ``None``/``False`` (off, the default), ``True`` (on, with
+    §9.1's thresholds) or a dict overriding some of :data:`THROTTLING_DEFAULTS`."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise ValidationError("OJS_TENANT_THROTTLING must be None, a bool or a dict")
+    unknown = sorted(set(value) - set(THROTTLING_DEFAULTS))
+    if unknown:
+        raise ValidationError(f"OJS_TENANT_THROTTLING has an unknown key '{unknown[0]}'")
+    merged = {**THROTTLING_DEFAULTS, **value}
+    for key, number in merged.items():
+        if isinstance(number, bool) or not isinstance(number, int | float) or number <= 0:
+            raise ValidationError(f"OJS_TENANT_THROTTLING['{key}'] must be a positive number")
+    if merged["weight_factor"] > 1 or merged["active_share"] > 1:
+        raise ValidationError("OJS_TENANT_THROTTLING's weight_factor and active_share are <= 1")
+    return Throttling(**{k: float(v) for k, v in merged.items()})
+
+
+@dataclass(frozen=True)
+class Noisy:
+    """A tenant found noisy: why (§9.2's ``reason``), and what to do about it."""
+
+    reason: str
+    #: A concurrency to hold it to (``active_job_ratio_exceeded``), else ``None``.
+    concurrency: int | None = None
+    #: Whether to reduce its weight (``queue_depth_ratio_exceeded``).
+    weight: bool = False
+
+
+def noisy(
+    depths: Mapping[str, int], actives: Mapping[str, int], total_active: int, rules: Throttling
+) -> dict[str, Noisy]:
+    """The noisy tenants (§9.1), from each tenant's available jobs (``depths``) and active
+    ones (``actives``), and all active jobs (with or without a tenant).
+
+    Readings: the median is of the *other* tenants with jobs waiting (with all of them,
+    a tenant beside one other could never be ten times it); a tenant is held to its
+    active share only while another tenant's jobs wait (running more than half of the
+    jobs on an otherwise idle system is using spare capacity, not taking it)."""
+    out: dict[str, Noisy] = {}
+    waiting = {t: n for t, n in depths.items() if n > 0}
+    for tenant, depth in waiting.items():
+        others = sorted(n for t, n in waiting.items() if t != tenant)
+        if not others or depth < rules.min_depth:
+            continue
+        middle = len(others) // 2
+        median = others[middle] if len(others) % 2 else (others[middle - 1] + others[middle]) / 2
+        if depth > rules.depth_ratio * median:
+            out[tenant] = Noisy("queue_depth_ratio_exceeded", weight=True)
+    if total_active >= rules.min_active:
+        share = max(1, int(rules.active_share * total_active))
+        for tenant, active in actives.items():
+            others_wait = any(n > 0 for t, n in waiting.items() if t != tenant)
+            if active > rules.active_share * total_active and others_wait:
+                found = out.get(tenant)
+                out[tenant] = Noisy(
+                    "active_job_ratio_exceeded" if found is None else found.reason,
+                    concurrency=share,
+                    weight=found is not None and found.weight,
+                )
+    return out

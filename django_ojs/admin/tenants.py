@@ -54,10 +54,21 @@ class TenantAdmin(ReadOnlyAdmin[Tenant]):
         ("enqueue_rate_limit", "enqueue_rate_period_ms"),
         "priority_boost",
         "quota",
+        ("throttled_weight", "throttled_concurrency", "throttled_until", "throttle_reason"),
         "created_at",
         "updated_at",
     )
-    readonly_fields = ("created_at", "updated_at")
+    #: Throttles (noisy neighbours, §9.2) are set by the reaper's detection or the admin
+    #: API's ``PUT …/throttle``; here they are shown, and lifted by the action.
+    readonly_fields = (
+        "created_at",
+        "updated_at",
+        "throttled_weight",
+        "throttled_concurrency",
+        "throttled_until",
+        "throttle_reason",
+    )
+    actions = ("release_throttles",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("ojs.add_tenant")
@@ -100,3 +111,11 @@ class TenantAdmin(ReadOnlyAdmin[Tenant]):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         for tenant_id in queryset.values_list("tenant_id", flat=True):
             lifecycle.delete_tenant(tenant_id, actor=admin_actor(request))
+
+    @admin.action(description="Lift the selected tenants' throttles", permissions=["change"])
+    def release_throttles(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        lifted = sum(
+            lifecycle.release_throttle(tenant_id, actor=admin_actor(request))
+            for tenant_id in queryset.values_list("tenant_id", flat=True)
+        )
+        self.message_user(request, f"Lifted {lifted} throttle(s).")

@@ -168,6 +168,11 @@ admin = [
         name="admin-tenant-limits",
     ),
     path(
+        "tenants/<str:tenant_id>/throttle",
+        admin_tenants.TenantThrottleView.as_view(),
+        name="admin-tenant-throttle",
+    ),
+    path(
         "tenants/<str:tenant_id>/jobs",
         admin_tenants.TenantJobsView.as_view(),
         name="admin-tenant-jobs",

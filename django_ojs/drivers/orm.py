@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Case, Exists, JSONField, Q, QuerySet, Value, When
+from django.utils import timezone
 
 from django_ojs.drivers.base import (
     Completion,
@@ -113,11 +114,13 @@ class OrmDriver(Driver):
         ojs_job_tenant_claim_idx (backwards); the weights in one read.
         """
         jobs = Job.objects.using(self.using).filter(state="available")
-        weights = dict(
-            Tenant.objects.using(self.using)
+        now = timezone.now()
+        weights = {
+            tenant: throttled if throttled is not None and until and until > now else weight
+            for tenant, weight, throttled, until in Tenant.objects.using(self.using)
             .filter(tenant_id__in={tenant for _, tenant, _ in keys})
-            .values_list("tenant_id", "weight")
-        )
+            .values_list("tenant_id", "weight", "throttled_weight", "throttled_until")
+        }
         out = {}
         for queue, tenant, priority in keys:
             at = jobs.filter(queue=queue, priority=priority)

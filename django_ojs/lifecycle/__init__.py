@@ -95,11 +95,16 @@ from django_ojs.lifecycle.system import (
 from django_ojs.lifecycle.tenantlimits import forget_tenant_limits, tenant_limits
 from django_ojs.lifecycle.tenants import (
     delete_tenant,
+    detect_noisy_neighbours,
     limits_wire,
+    release_throttle,
     set_limits,
     set_tenant,
     tenant_ids,
     tenant_stats,
+    tenant_throttle,
+    throttle_of,
+    throttle_tenant,
     weight_of,
 )
 from django_ojs.lifecycle.webhooks import any_active as any_active_webhook
@@ -163,6 +168,7 @@ __all__ = [
     "delete_tenant",
     "delete_webhook",
     "deregister",
+    "detect_noisy_neighbours",
     "discard",
     "dispatch_webhooks",
     "enqueue",
@@ -214,6 +220,7 @@ __all__ = [
     "refresh_statistics",
     "register",
     "register_cron",
+    "release_throttle",
     "replica_status",
     "report_progress",
     "rescue_expired",
@@ -238,6 +245,9 @@ __all__ = [
     "tenant_ids",
     "tenant_limits",
     "tenant_stats",
+    "tenant_throttle",
+    "throttle_of",
+    "throttle_tenant",
     "unpartition_tables",
     "update_webhook",
     "wait",

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Count
+from django.utils import timezone
 
 from django_ojs import tenantlimits
 from django_ojs.conf import settings
@@ -39,8 +40,9 @@ from django_ojs.states import JobState
 from django_ojs.tenancy import tenant_of
 from django_ojs.tenantlimits import Limits
 
-#: Per database: when the limited tenants were read (on ``_clock``), and their limits.
-_cache: dict[str, tuple[float, dict[str, Limits]]] = {}
+#: Per database: when the limited tenants were read (on ``_clock``), their limits, and
+#: the throttled ones' concurrency and its end (noisy-neighbour throttling, §9.2).
+_cache: dict[str, tuple[float, dict[str, Limits], dict[str, tuple[int, datetime]]]] = {}
 _clock = time.monotonic
 #: The prefix of a tenant's lock name (``Driver.lock_keys``) while a claim counts its jobs.
 LOCK_PREFIX = "ojs.tenant:"
@@ -63,22 +65,33 @@ def limits_of(row: Tenant) -> Limits:
 
 def configured(using: str) -> dict[str, Limits]:
     """The tenants that have limits, and theirs (cached, see the module's docstring)."""
+    return _read(using)[1]
+
+
+def _read(using: str) -> tuple[float, dict[str, Limits], dict[str, tuple[int, datetime]]]:
     ttl = settings.TENANT_LIMITS_CACHE_SECONDS
     now = _clock()
     cached = _cache.get(using)
     if cached is not None and now - cached[0] < ttl:
-        return cached[1]
+        return cached
     rows = Tenant.objects.using(using).exclude(
         max_concurrency=None,
         max_queue_depth=None,
         max_scheduled=None,
         enqueue_rate_limit=None,
         priority_boost=0,
+        throttled_concurrency=None,
     )
     found = {row.tenant_id: limits for row in rows if not (limits := limits_of(row)).empty}
+    throttled = {
+        row.tenant_id: (row.throttled_concurrency, row.throttled_until)
+        for row in rows
+        if row.throttled_concurrency is not None and row.throttled_until is not None
+    }
+    read = (now, found, throttled)
     if ttl > 0:
-        _cache[using] = (now, found)
-    return found
+        _cache[using] = read
+    return read
 
 
 def tenant_limits(*, using: str | None = None) -> dict[str, Limits]:
@@ -200,12 +213,20 @@ def refused(error: TenantLimitExceeded, using: str) -> None:
 
 
 def concurrency_limits(using: str) -> dict[str, int]:
-    """The tenants with a ``max_concurrency``, and theirs ({} almost always)."""
-    return {
+    """The tenants with a ``max_concurrency`` or a throttled concurrency (the smaller
+    while its throttle lasts), and theirs ({} almost always)."""
+    _, limited, throttled = _read(using)
+    caps = {
         tenant: limits.max_concurrency
-        for tenant, limits in configured(using).items()
+        for tenant, limits in limited.items()
         if limits.max_concurrency is not None
     }
+    if throttled:
+        now = timezone.now()
+        for tenant, (cap, until) in throttled.items():
+            if until > now:
+                caps[tenant] = min(cap, caps.get(tenant, cap))
+    return caps
 
 
 def held(caps: Mapping[str, int], using: str) -> set[str]:

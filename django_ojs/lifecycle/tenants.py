@@ -8,14 +8,19 @@ limits (``lifecycle.tenantlimits`` applies them) or throttles it.
 from __future__ import annotations
 
 import math
+import time
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from django_ojs import tenantlimits as rules
 from django_ojs.actors import Actor
+from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
+from django_ojs.envelope import format_timestamp
 from django_ojs.exceptions import ValidationError
 from django_ojs.lifecycle import audit, events
 from django_ojs.lifecycle.store import db
@@ -205,4 +210,203 @@ def usage_of_limits(
         }
     if limits.enqueue_rate is not None:
         out["max_enqueue_rate"] = rules.wire(limits)["max_enqueue_rate"]
+    return out
+
+
+# -- Noisy neighbours (§9) -------------------------------------------------------------------
+
+
+def throttle_tenant(
+    tenant_id: str,
+    *,
+    weight: Any = None,
+    concurrency: Any = None,
+    seconds: Any = None,
+    reason: str = "manual",
+    actor: Actor | None = None,
+    using: str | None = None,
+) -> Tenant:
+    """Throttle a tenant for ``seconds`` (multi-tenancy §9.2): its weight becomes
+    ``weight`` (for the jobs it pushes from now on) and its jobs running at once at most
+    ``concurrency``; either may be left out. Emits ``tenant.throttled``; a throttle in
+    force is replaced. :func:`release_throttle` lifts it early."""
+    using = db(using)
+    tenant_id = validate_tenant(tenant_id, field="tenant_id")
+    if weight is not None:
+        weight = validate_weight(weight, field="weight")
+    if concurrency is not None and (
+        isinstance(concurrency, bool)
+        or not isinstance(concurrency, int)
+        or not 1 <= concurrency <= rules.MAX_CONCURRENCY
+    ):
+        raise ValidationError(
+            f"concurrency must be a whole number from 1 to {rules.MAX_CONCURRENCY}",
+            field="concurrency",
+        )
+    if weight is None and concurrency is None:
+        raise ValidationError("a throttle needs a weight or a concurrency", field="weight")
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 < seconds <= 366 * 86400
+    ):
+        raise ValidationError("seconds must be a number from 0 to a year", field="seconds")
+    if not isinstance(reason, str) or not 0 < len(reason) <= 255:
+        raise ValidationError("reason must be a string of 1 to 255 characters", field="reason")
+    now = timezone.now()
+    until = now + timedelta(seconds=seconds)
+    with transaction.atomic(using=using):
+        tenant, created = (
+            Tenant.objects.using(using)
+            .select_for_update()
+            .get_or_create(tenant_id=tenant_id, defaults={"created_at": now, "updated_at": now})
+        )
+        tenant.throttled_weight = weight
+        tenant.throttled_concurrency = concurrency
+        tenant.throttled_until = until
+        tenant.throttle_reason = reason
+        tenant.updated_at = now
+        tenant.save(using=using)
+        audit.record(
+            actor, "tenant.throttle", using, tenant_id=tenant_id, weight=weight,
+            concurrency=concurrency, until=until.isoformat(), reason=reason,
+        )  # fmt: skip
+        if created:
+            events.emit_other("tenant.created", tenant_id, using, tenant_id=tenant_id)
+        actions = [
+            *(["weight_reduced"] if weight is not None else []),
+            *(["concurrency_reduced"] if concurrency is not None else []),
+        ]
+        events.emit_other(
+            "tenant.throttled", tenant_id, using, tenant_id=tenant_id, reason=reason,
+            action=",".join(actions), original_weight=tenant.weight,
+            effective_weight=weight, effective_concurrency=concurrency,
+            until=format_timestamp(until),
+        )  # fmt: skip
+    forget_tenant_limits()
+    return tenant
+
+
+def release_throttle(
+    tenant_id: str,
+    *,
+    reason: str = "manual",
+    actor: Actor | None = None,
+    using: str | None = None,
+) -> bool:
+    """Lift a tenant's throttle (§9.2: reversible); ``False`` if it had none. Emits
+    ``tenant.throttle_released``."""
+    using = db(using)
+    tenant_id = validate_tenant(tenant_id, field="tenant_id")
+    with transaction.atomic(using=using):
+        tenant = (
+            Tenant.objects.using(using)
+            .select_for_update()
+            .filter(tenant_id=tenant_id, throttled_until__isnull=False)
+            .first()
+        )
+        if tenant is None:
+            return False
+        _release(tenant, reason, using)
+        audit.record(actor, "tenant.release_throttle", using, tenant_id=tenant_id, reason=reason)
+    forget_tenant_limits()
+    return True
+
+
+def _release(tenant: Tenant, reason: str, using: str) -> None:
+    was = tenant.throttle_reason
+    tenant.throttled_weight = tenant.throttled_concurrency = tenant.throttled_until = None
+    tenant.throttle_reason = ""
+    tenant.updated_at = timezone.now()
+    tenant.save(using=using)
+    events.emit_other(
+        "tenant.throttle_released", tenant.tenant_id, using, tenant_id=tenant.tenant_id,
+        reason=reason, throttled_for=was,
+    )  # fmt: skip
+
+
+def throttle_of(tenant: Tenant) -> dict[str, Any] | None:
+    """A tenant's throttle in force, as the admin API shows it; ``None`` if none."""
+    until = tenant.throttled_until
+    if until is None or until <= timezone.now():
+        return None
+    return {
+        "reason": tenant.throttle_reason,
+        "effective_weight": tenant.throttled_weight,
+        "effective_concurrency": tenant.throttled_concurrency,
+        "until": format_timestamp(until),
+    }
+
+
+def tenant_throttle(tenant_id: str, *, using: str | None = None) -> dict[str, Any] | None:
+    """:func:`throttle_of` the tenant ``tenant_id`` (``None``: not throttled)."""
+    row = Tenant.objects.using(db(using)).filter(tenant_id=tenant_id).first()
+    return None if row is None else throttle_of(row)
+
+
+#: When each database's last detection ran (``time.monotonic``).
+_detected: dict[str, float] = {}
+
+
+def detect_noisy_neighbours(*, using: str | None = None, force: bool = False) -> dict[str, str]:
+    """One pass of noisy-neighbour throttling (multi-tenancy §9.1-§9.2), when
+    ``OJS_TENANT_THROTTLING`` is on; the reaper's leader calls it every pass, and it runs
+    at most every ``every`` seconds (``force``: now). Lifts the throttles that ended,
+    then throttles (or renews) the tenants found noisy. Returns ``{tenant: reason}`` of
+    the tenants throttled or renewed.
+
+    Reads each tenant's available and active jobs: one grouped read of the available
+    jobs that have a tenant (along ojs_job_tenant_idx) and one of the active ones.
+    """
+    using = db(using)
+    rules_ = rules.throttling(settings.TENANT_THROTTLING)
+    now = timezone.now()
+    ended = Tenant.objects.using(using).filter(throttled_until__lte=now)
+    released = False
+    for tenant in ended.order_by("tenant_id"):
+        with transaction.atomic(using=using):
+            _release(tenant, "expired", using)
+        released = True
+    if released:
+        forget_tenant_limits()
+    if rules_ is None:
+        return {}
+    clock = time.monotonic()
+    if not force and clock - _detected.get(using, -math.inf) < rules_.every:
+        return {}
+    _detected[using] = clock
+    jobs = Job.objects.using(using).exclude(tenant="").order_by()
+    depths = dict(
+        jobs.filter(state=JobState.AVAILABLE).values("tenant").annotate(n=Count("id"))
+        .values_list("tenant", "n")
+    )  # fmt: skip
+    actives = dict(
+        jobs.filter(state=JobState.ACTIVE).values("tenant").annotate(n=Count("id"))
+        .values_list("tenant", "n")
+    )  # fmt: skip
+    total_active = Job.objects.using(using).filter(state=JobState.ACTIVE).count()
+    found = rules.noisy(depths, actives, total_active, rules_)
+    rows = {t.tenant_id: t for t in Tenant.objects.using(using).filter(tenant_id__in=list(found))}
+    out = {}
+    for tenant_id, why in sorted(found.items()):
+        row = rows.get(tenant_id)
+        base = DEFAULT_WEIGHT if row is None else float(row.weight)
+        current = None if row is None else throttle_of(row)
+        if current is not None and current["reason"].startswith("manual"):
+            continue  # an operator's throttle stays as they set it
+        weight = max(base * rules_.weight_factor, 1 / MAX_WEIGHT) if why.weight else None
+        if current is not None and (weight, why.concurrency) == (
+            current["effective_weight"],
+            current["effective_concurrency"],
+        ):
+            Tenant.objects.using(using).filter(tenant_id=tenant_id).update(
+                throttled_until=now + timedelta(seconds=rules_.duration)
+            )  # still noisy: renewed, no new event
+        else:
+            throttle_tenant(
+                tenant_id, weight=weight, concurrency=why.concurrency,
+                seconds=rules_.duration, reason=why.reason, using=using,
+            )  # fmt: skip
+        out[tenant_id] = why.reason
+    forget_tenant_limits()
     return out

@@ -62,6 +62,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name='tenant',
+            name='throttled_concurrency',
+            field=models.PositiveIntegerField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name='tenant',
             name='throttled_until',
             field=models.DateTimeField(blank=True, null=True),
         ),

@@ -53,9 +53,11 @@ class Tenant(models.Model):
     # The enqueue rate's current window: when it began and how many jobs it took.
     enqueue_window_start = models.DateTimeField(null=True, blank=True, editable=False)
     enqueue_window_count = models.PositiveBigIntegerField(default=0, editable=False)
-    # Noisy-neighbour throttling (§9.2): its weight is ``throttled_weight`` until
-    # ``throttled_until`` (set by the reaper's detection or by an operator).
+    # Noisy-neighbour throttling (§9.2): until ``throttled_until``, its weight is
+    # ``throttled_weight`` and its jobs running at once at most ``throttled_concurrency``
+    # (each when set), by the reaper's detection or an operator.
     throttled_weight = models.FloatField(null=True, blank=True)
+    throttled_concurrency = models.PositiveIntegerField(null=True, blank=True)
     throttled_until = models.DateTimeField(null=True, blank=True)
     throttle_reason = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now, editable=False)

@@ -224,3 +224,119 @@ def test_the_admin_api_sets_and_shows_limits_and_refuses_bad_ones():
         limited.request("PUT", "/admin/tenants/beta/limits", {"max_concurrency": 1}).status_code
         == 201
     )
+
+
+# -- Noisy neighbours (§9) -------------------------------------------------------------------
+
+
+def test_off_by_default_no_tenant_is_throttled():
+    push("big", 30)
+    push("small", 1)
+    assert lifecycle.detect_noisy_neighbours(force=True) == {}
+    assert not Event.objects.filter(type="tenant.throttled").exists()
+
+
+def test_a_deep_tenant_is_throttled_its_next_jobs_take_turns_further_apart(settings):
+    settings.OJS_TENANT_THROTTLING = {"min_depth": 20, "weight_factor": 0.25}
+    push("big", 40)
+    push("a", 2)
+    push("b", 2)
+    assert lifecycle.detect_noisy_neighbours(force=True) == {"big": "queue_depth_ratio_exceeded"}
+    event = Event.objects.get(type="tenant.throttled")
+    assert event.subject == "big" and event.data["action"] == "weight_reduced"
+    assert (event.data["original_weight"], event.data["effective_weight"]) == (1.0, 0.25)
+    throttle = lifecycle.tenant_throttle("big")
+    assert throttle is not None and throttle["effective_weight"] == 0.25
+    # Its next jobs' turns are four apart; another tenant's one apart.
+    for job in lifecycle.fetch(["default"], count=100, worker_id="drain"):
+        lifecycle.ack(job.id, worker_id="drain")
+    fresh_big = [j.id for j in push("big", 3)]
+    fresh_c = [j.id for j in push("c", 3)]
+    turns = dict(Job.objects.filter(id__in=fresh_big + fresh_c).values_list("id", "vtime"))
+    big = sorted(turns[i] for i in fresh_big)
+    c = sorted(turns[i] for i in fresh_c)
+    assert big[1] - big[0] == pytest.approx(4.0) and c[1] - c[0] == pytest.approx(1.0)
+    # Still noisy at the next detection: renewed, without another event.
+    push("big", 40)
+    assert lifecycle.detect_noisy_neighbours(force=True) == {"big": "queue_depth_ratio_exceeded"}
+    assert Event.objects.filter(type="tenant.throttled").count() == 1
+
+
+def test_a_tenant_running_most_jobs_is_held_to_its_share_until_the_throttle_ends(settings):
+    settings.OJS_TENANT_THROTTLING = {"min_active": 4, "duration": 600}
+    push("big", 10)
+    first = lifecycle.fetch(["default"], count=6, worker_id="w1")
+    assert {j.tenant for j in first} == {"big"}
+    push("small", 3)
+    assert lifecycle.detect_noisy_neighbours(force=True) == {"big": "active_job_ratio_exceeded"}
+    assert lifecycle.tenant_throttle("big")["effective_concurrency"] == 3
+    # 6 of big's jobs run: no more of them until fewer than 3 do; small's go.
+    taken = lifecycle.fetch(["default"], count=10, worker_id="w2")
+    assert sorted(j.tenant for j in taken) == ["small"] * 3
+    for job in first[:4]:
+        lifecycle.ack(job.id, worker_id="w1")
+    assert [j.tenant for j in lifecycle.fetch(["default"], count=10, worker_id="w3")] == ["big"]
+    # The throttle ends: the next pass lifts it and says so.
+    Tenant.objects.filter(pk="big").update(throttled_until=timezone.now() - timedelta(seconds=1))
+    settings.OJS_TENANT_THROTTLING = None
+    lifecycle.forget_tenant_limits()
+    assert lifecycle.detect_noisy_neighbours() == {}
+    released = Event.objects.get(type="tenant.throttle_released")
+    assert released.subject == "big" and released.data["reason"] == "expired"
+    assert lifecycle.tenant_throttle("big") is None
+    assert len(lifecycle.fetch(["default"], count=10, worker_id="w4")) == 3
+
+
+def test_an_operator_throttles_and_releases_a_tenant_over_http(settings):
+    settings.OJS_TENANT_THROTTLING = {"min_active": 1}
+    api = client("admin")
+    put = api.request(
+        "PUT",
+        "/admin/tenants/acme/throttle",
+        {"concurrency": 1, "duration": "PT10M", "reason": "incident 7"},
+    )
+    assert put.status_code == 200, put.body
+    assert put.body["throttle"]["effective_concurrency"] == 1
+    assert put.body["throttle"]["reason"] == "manual: incident 7"
+    push("acme", 3)
+    assert len(lifecycle.fetch(["default"], count=10, worker_id="w")) == 1
+    # The detection leaves an operator's throttle as it is.
+    push("other", 1)
+    lifecycle.detect_noisy_neighbours(force=True)
+    assert lifecycle.tenant_throttle("acme")["effective_concurrency"] == 1
+    assert api.get("/admin/tenants/acme").body["throttle"]["effective_concurrency"] == 1
+    for bad in ({}, {"weight": 0}, {"concurrency": 0}, {"duration": "soon", "weight": 1}, {"x": 1}):
+        assert_ojs_error(api.request("PUT", "/admin/tenants/acme/throttle", bad), 400)
+    assert api.delete("/admin/tenants/acme/throttle").body == {
+        "tenant_id": "acme",
+        "released": True,
+    }
+    assert api.delete("/admin/tenants/acme/throttle").body["released"] is False
+    assert api.get("/admin/tenants/acme/throttle").body["throttle"] is None
+    assert AuditEntry.objects.filter(action="tenant.release_throttle").count() == 1
+
+
+def test_a_malformed_throttling_setting_fails_the_checks(settings):
+    from django_ojs.checks import check_settings
+
+    settings.OJS_TENANT_THROTTLING = {"depth": 3}
+    assert [e.id for e in check_settings()] == ["ojs.E018"]
+
+
+def test_the_django_admin_shows_and_lifts_a_throttle():
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    User.objects.create_superuser("root", "root@example.com", "pw")
+    browser = Client()
+    browser.login(username="root", password="pw")
+    lifecycle.throttle_tenant("acme", concurrency=2, seconds=600, reason="manual")
+    page = browser.get("/admin/ojs/tenant/acme/change/")
+    assert page.status_code == 200 and b"throttled_until" in page.content
+    done = browser.post(
+        "/admin/ojs/tenant/",
+        {"action": "release_throttles", "_selected_action": ["acme"]},
+        follow=True,
+    )
+    assert done.status_code == 200 and b"Lifted 1 throttle" in done.content
+    assert lifecycle.tenant_throttle("acme") is None

@@ -45,6 +45,8 @@ def test_the_wire_form_gives_every_field_and_parses_back():
         ({"max_concurrency": -1}, "max_concurrency"),
         ({"max_concurrency": 1.5}, "max_concurrency"),
         ({"max_concurrency": True}, "max_concurrency"),
+        ({"max_concurrency": 2**31}, "max_concurrency"),
+        ({"max_enqueue_rate": {"limit": 2**31, "period": "PT1S"}}, "max_enqueue_rate.limit"),
         ({"max_queue_depth": "10"}, "max_queue_depth"),
         ({"max_scheduled": 2**60}, "max_scheduled"),
         ({"max_enqueue_rate": 10}, "max_enqueue_rate"),
@@ -117,3 +119,39 @@ def test_what_a_push_has_to_do_follows_the_limits():
     assert Limits(max_concurrency=1).on_enqueue is False
     assert Limits(priority_boost=1).on_enqueue and not Limits(priority_boost=1).counted
     assert Limits(max_scheduled=1).counted
+
+
+RULES = tenantlimits.throttling(True)
+
+
+def test_throttling_is_off_unless_set_and_its_thresholds_are_checked():
+    assert tenantlimits.throttling(None) is None and tenantlimits.throttling(False) is None
+    assert RULES is not None and RULES.depth_ratio == 10 and RULES.active_share == 0.5
+    assert tenantlimits.throttling({"every": 5}).every == 5
+    for bad in ({"every": 0}, {"depth": 3}, {"weight_factor": 2}, {"min_depth": True}, "on"):
+        with pytest.raises(ValidationError):
+            tenantlimits.throttling(bad)
+
+
+def test_a_tenant_ten_times_the_others_median_depth_is_noisy():
+    assert RULES is not None
+    depths = {"big": 50_000, "a": 100, "b": 300, "c": 2000}
+    found = tenantlimits.noisy(depths, {}, 0, RULES)
+    assert found == {"big": tenantlimits.Noisy("queue_depth_ratio_exceeded", weight=True)}
+    # Against one other tenant: its median is that tenant.
+    assert "big" in tenantlimits.noisy({"big": 20_000, "a": 10}, {}, 0, RULES)
+    # Below min_depth, or alone, nobody is noisy.
+    assert tenantlimits.noisy({"big": 900, "a": 1}, {}, 0, RULES) == {}
+    assert tenantlimits.noisy({"big": 50_000}, {}, 0, RULES) == {}
+
+
+def test_a_tenant_running_most_jobs_while_others_wait_is_held_to_its_share():
+    assert RULES is not None
+    found = tenantlimits.noisy({"a": 5, "big": 3}, {"big": 16, "a": 2}, 20, RULES)
+    assert found == {"big": tenantlimits.Noisy("active_job_ratio_exceeded", concurrency=10)}
+    # Nobody else waits: it uses spare capacity.
+    assert tenantlimits.noisy({"big": 30}, {"big": 16}, 20, RULES) == {}
+    # Too few jobs running to tell.
+    assert tenantlimits.noisy({"a": 5}, {"big": 4}, 5, RULES) == {}
+    both = tenantlimits.noisy({"big": 50_000, "a": 10}, {"big": 16}, 20, RULES)
+    assert both["big"] == tenantlimits.Noisy("queue_depth_ratio_exceeded", 10, weight=True)

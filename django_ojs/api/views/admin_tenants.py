@@ -17,6 +17,7 @@ from django_ojs.api.permissions import MANAGE
 from django_ojs.api.views.admin import LIST_PARAMS, AdminView, job_summary, paginate
 from django_ojs.exceptions import ValidationError
 from django_ojs.tenancy import validate_tenant
+from django_ojs.validation import parse_duration
 
 #: Most tenants one page of ``GET /admin/tenants`` lists.
 MAX_PAGE = 500
@@ -96,6 +97,7 @@ class TenantDetailView(TenantView):
                 **stats,
                 "fairness_weight": stats["fairness"]["weight"],
                 "config": _config_of(tenant, stats["fairness"]["weight"]),
+                "throttle": lifecycle.tenant_throttle(tenant),
             }
         )
 
@@ -169,3 +171,38 @@ class TenantLimitsView(TenantView):
             {"tenant_id": tenant, **lifecycle.limits_wire(tenant), "created": created},
             status=201 if created else 200,
         )
+
+
+class TenantThrottleView(TenantView):
+    """``PUT /admin/tenants/{id}/throttle`` (§9.2-§9.3): throttle a tenant for a time
+    (``{"weight": 0.2, "concurrency": 2, "duration": "PT10M", "reason": "…"}``, weight
+    or concurrency or both); ``DELETE``: lift its throttle (§9.2: reversible)."""
+
+    def get(self, request: Any, tenant_id: str) -> Response:
+        tenant = self.tenant(request, tenant_id)
+        return Response({"tenant_id": tenant, "throttle": lifecycle.tenant_throttle(tenant)})
+
+    def put(self, request: Any, tenant_id: str) -> Response:
+        tenant = self.tenant(request, tenant_id)
+        body = self.body(request)
+        unknown = sorted(set(body) - {"weight", "concurrency", "duration", "reason"})
+        if unknown:
+            raise ValidationError(f"Unknown field '{unknown[0]}'", field=unknown[0])
+        duration = body.get("duration", "PT5M")
+        try:
+            seconds = parse_duration(duration, field_name="duration") / 1000
+        except ValidationError as exc:
+            raise ValidationError(exc.message, field="duration") from None
+        reason = body.get("reason") or "manual"
+        if reason != "manual" and isinstance(reason, str):
+            reason = f"manual: {reason}"
+        lifecycle.throttle_tenant(
+            tenant, weight=body.get("weight"), concurrency=body.get("concurrency"),
+            seconds=seconds, reason=reason, actor=self.actor(request),
+        )  # fmt: skip
+        return Response({"tenant_id": tenant, "throttle": lifecycle.tenant_throttle(tenant)})
+
+    def delete(self, request: Any, tenant_id: str) -> Response:
+        tenant = self.tenant(request, tenant_id)
+        released = lifecycle.release_throttle(tenant, actor=self.actor(request))
+        return Response({"tenant_id": tenant, "released": released})

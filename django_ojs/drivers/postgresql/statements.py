@@ -592,7 +592,8 @@ SELECT type FROM t WHERE type IS NOT NULL
 # instead of two probes and a weight read each through the ORM. Each subquery is one
 # index probe: the head along ojs_job_claim_idx (queue, priority, then vtime ascending,
 # past the jobs without a tenant, whose vtime is 0), the tail along
-# ojs_job_tenant_claim_idx backwards, the weight by primary key.
+# ojs_job_tenant_claim_idx backwards, the weight by primary key (a noisy neighbour's
+# throttled weight while its throttle lasts, multi-tenancy §9.2).
 # The tail names its tenant as a range of one (>= and <=) and orders by it: with
 # ``tenant = k.t`` the planner, which cannot tell a small tenant from a large one,
 # walked ojs_job_claim_idx backwards instead, filtering on the tenant, and a push of a
@@ -607,7 +608,9 @@ SELECT k.q, k.t, k.p,
      WHERE j.state = 'available' AND j.queue = k.q AND j.tenant >= k.t AND j.tenant <= k.t
        AND j.tenant <> '' AND j.priority = k.p
      ORDER BY j.tenant DESC, j.vtime DESC LIMIT 1),
-    (SELECT w.weight FROM ojs_tenant w WHERE w.tenant_id = k.t)
+    (SELECT CASE WHEN w.throttled_weight IS NOT NULL AND w.throttled_until > now()
+                 THEN w.throttled_weight ELSE w.weight END
+     FROM ojs_tenant w WHERE w.tenant_id = k.t)
 FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(priorities)s::int[]) AS k(q, t, p)
 """
 
