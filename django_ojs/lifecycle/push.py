@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -20,6 +21,7 @@ from django_ojs import middleware, tenancy
 from django_ojs.conf import settings
 from django_ojs.drivers import get_driver
 from django_ojs.envelope import JobSpec, check_plain_size, plain_fit, unsized_plain
+from django_ojs.envelope import build as envelope_build
 from django_ojs.exceptions import (
     DuplicateJob,
     EnvelopeTooLarge,
@@ -390,6 +392,15 @@ def enqueue_many(
     return push_many(_specs(items, 0), using=using)
 
 
+#: What an item of :func:`enqueue_many` may name: the job's type, its arguments and the
+#: keyword options of :func:`enqueue` (``envelope.build``'s, less those it sets itself).
+ITEM_KEYS = frozenset(inspect.signature(envelope_build).parameters) - {
+    "max_bytes",
+    "now",
+    "retry_base",
+}
+
+
 def _specs(items: Sequence[Any], start: int, plain: list[int] | None = None) -> list[JobSpec]:
     """The validated specs of ``items``, the items of a push from index ``start`` on;
     an error names its item's index. The indexes of the items with a type and
@@ -409,6 +420,10 @@ def _specs(items: Sequence[Any], start: int, plain: list[int] | None = None) -> 
                 options = dict(item)
                 if "type" not in options:
                     raise ValidationError("type is required", field="type")
+                unknown = options.keys() - ITEM_KEYS
+                if unknown:
+                    name = sorted(map(str, unknown))[0]
+                    raise ValidationError(f"Unknown option '{name}'", field=name)
                 specs.append(
                     build_spec(
                         options.pop("type"),

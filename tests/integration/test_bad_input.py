@@ -385,3 +385,13 @@ def test_check_json_is_iterative():
     with pytest.raises(ValidationError, match="args is nested more than 64 levels deep"):
         validation.check_json(deep, "args")
     assert validation.json_depth_exceeds(deep, 64)
+
+
+def test_an_enqueue_many_item_naming_an_unknown_option_is_a_validation_error():
+    before = _count()
+    with pytest.raises(ValidationError) as caught:
+        lifecycle.enqueue_many(
+            [{"type": "test.ok"}, {"type": "test.ok", "options": {"queue": "q"}}]
+        )
+    assert caught.value.field == "options" and caught.value.details["index"] == 1
+    assert _count() == before
