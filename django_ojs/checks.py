@@ -198,6 +198,10 @@ def check_settings(
         tenantlimits.throttling(getattr(django_settings, "OJS_TENANT_THROTTLING", None))
     except ValidationError as exc:
         out.append(Error(exc.message, id="ojs.E018"))
+    try:
+        tenantlimits.declared(getattr(django_settings, "OJS_TENANTS", None))
+    except ValidationError as exc:
+        out.append(Error(exc.message, id="ojs.E018"))
     return out
 
 

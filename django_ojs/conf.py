@@ -406,6 +406,12 @@ class Settings:
         return bool(self._get("OJS_TENANT_FAIRNESS", DEFAULT_TENANT_FAIRNESS))
 
     @property
+    def TENANTS(self) -> Any:
+        """Tenants configured in settings (multi-tenancy §15.1): ``{id: {"fairness_weight",
+        "limits", "priority_boost"}}``, stored by the reaper when it starts."""
+        return self._get("OJS_TENANTS", None)
+
+    @property
     def TENANT_THROTTLING(self) -> Any:
         """Noisy-neighbour throttling (multi-tenancy §9.2): ``None`` (off), ``True`` or a
         dict of thresholds (``tenantlimits.THROTTLING_DEFAULTS``)."""

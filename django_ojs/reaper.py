@@ -242,10 +242,12 @@ def run(
 
 
 def _sync_cron(using: str | None, stop: threading.Event, outage: resilience.Outage) -> None:
-    """Store the cron jobs declared in code and settings, retrying while the database is away."""
+    """Store the cron jobs declared in code and settings, and the tenants configured in
+    settings, retrying while the database is away."""
     while not stop.is_set():
         try:
             counts = lifecycle.sync_cron(using=using)
+            tenants = lifecycle.sync_tenants(using=using)  # OJS_TENANTS
         except Exception as exc:
             if not resilience.is_connection_error(exc):
                 raise  # a declared cron job is invalid: fail at startup, loudly
@@ -254,4 +256,6 @@ def _sync_cron(using: str | None, stop: threading.Event, outage: resilience.Outa
         outage.succeeded()
         if any(counts.values()):
             logger.info("cron jobs declared in code and settings: %s", counts)
+        if tenants:
+            logger.info("tenants configured in OJS_TENANTS stored: %s", ", ".join(tenants))
         return

@@ -315,3 +315,38 @@ def noisy(
                     weight=found is not None and found.weight,
                 )
     return out
+
+
+def declared(value: Any) -> dict[str, tuple[float | None, dict[str, Any] | None]]:
+    """``OJS_TENANTS`` (multi-tenancy §15.1, static configuration): ``{tenant_id:
+    {"fairness_weight": 10, "limits": {...}, "priority_boost": 2}}``, validated, as
+    ``{tenant_id: (weight or None, limits or None)}``."""
+    from django_ojs.tenancy import validate_tenant  # pure, like this module
+
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError("OJS_TENANTS must be a dict of tenant id to configuration")
+    out: dict[str, tuple[float | None, dict[str, Any] | None]] = {}
+    for tenant, config in value.items():
+        validate_tenant(tenant, field="OJS_TENANTS")
+        if not isinstance(config, dict):
+            raise ValidationError(f"OJS_TENANTS['{tenant}'] must be a dict")
+        unknown = sorted(set(config) - {"fairness_weight", "weight", "limits", "priority_boost"})
+        if unknown:
+            raise ValidationError(f"OJS_TENANTS['{tenant}'] has an unknown key '{unknown[0]}'")
+        weight = config.get("fairness_weight", config.get("weight"))
+        if weight is not None and (
+            isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0
+        ):
+            raise ValidationError(f"OJS_TENANTS['{tenant}']'s weight must be a positive number")
+        limits = config.get("limits")
+        if "priority_boost" in config:
+            limits = {**(limits or {}), "priority_boost": config["priority_boost"]}
+        if limits is not None:
+            try:
+                parse(limits)
+            except ValidationError as exc:
+                raise ValidationError(f"OJS_TENANTS['{tenant}']: {exc.message}") from None
+        out[tenant] = (None if weight is None else float(weight), limits)
+    return out

@@ -213,6 +213,31 @@ def usage_of_limits(
     return out
 
 
+def sync_tenants(*, using: str | None = None) -> list[str]:
+    """Store the tenants configured in ``OJS_TENANTS`` (multi-tenancy §15.1: static
+    configuration); the reaper does it when it starts. A tenant's weight and the limits
+    named there are set; what the settings leave out (other limits, tenants not named)
+    keeps its value, so the admin API's changes to those stay. Only what differs is
+    written. Returns the tenants changed."""
+    using = db(using)
+    changed = []
+    for tenant_id, (weight, limits) in sorted(rules.declared(settings.TENANTS).items()):
+        row = Tenant.objects.using(using).filter(tenant_id=tenant_id).first()
+        current = rules.NONE if row is None else limits_of(row)
+        new_weight = (
+            weight if weight is not None else (DEFAULT_WEIGHT if row is None else row.weight)
+        )
+        new_limits = current if limits is None else rules.parse(limits, current)
+        if row is not None and row.weight == new_weight and new_limits == current:
+            continue
+        with transaction.atomic(using=using):
+            set_tenant(tenant_id, weight=new_weight, using=using)
+            if limits is not None:
+                set_limits(tenant_id, limits, reason="OJS_TENANTS", using=using)
+        changed.append(tenant_id)
+    return changed
+
+
 # -- Noisy neighbours (§9) -------------------------------------------------------------------
 
 

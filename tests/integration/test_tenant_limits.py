@@ -340,3 +340,70 @@ def test_the_django_admin_shows_and_lifts_a_throttle():
     )
     assert done.status_code == 200 and b"Lifted 1 throttle" in done.content
     assert lifecycle.tenant_throttle("acme") is None
+
+
+def test_tenants_configured_in_settings_are_stored_and_keep_what_they_do_not_name(settings):
+    settings.OJS_TENANTS = {
+        "acme": {"fairness_weight": 10, "limits": {"max_concurrency": 20}},
+        "gold": {"priority_boost": 5},
+    }
+    assert lifecycle.sync_tenants() == ["acme", "gold"]
+    assert lifecycle.weight_of("acme") == 10.0
+    assert lifecycle.limits_wire("acme")["max_concurrency"] == 20
+    assert lifecycle.limits_wire("gold")["priority_boost"] == 5
+    # An operator's change to a limit the settings do not name stays; nothing to do.
+    lifecycle.set_limits("acme", {"max_queue_depth": 100})
+    assert lifecycle.sync_tenants() == []
+    assert lifecycle.limits_wire("acme")["max_queue_depth"] == 100
+    # A changed setting is applied when the reaper next starts.
+    settings.OJS_TENANTS["acme"]["limits"] = {"max_concurrency": 5}
+    assert lifecycle.sync_tenants() == ["acme"]
+    assert lifecycle.limits_wire("acme")["max_concurrency"] == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_reaper_stores_the_tenants_of_the_settings_when_it_starts(settings):
+    import threading
+
+    from django.db import connections
+
+    from django_ojs import reaper
+
+    settings.OJS_TENANTS = {"acme": {"limits": {"max_queue_depth": 7}}}
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            reaper.run(interval=0.05, stop=stop)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        for _ in range(2400):  # until it has started (never a race: it stores first)
+            if Tenant.objects.filter(pk="acme", max_queue_depth=7).exists():
+                break
+            stop.wait(0.05)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert lifecycle.limits_wire("acme")["max_queue_depth"] == 7
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ["acme"],
+        {"bad id": {}},
+        {"acme": 3},
+        {"acme": {"weight": 0}},
+        {"acme": {"limits": {"max_concurrency": -1}}},
+        {"acme": {"limit": {}}},
+    ],
+)
+def test_malformed_tenants_in_settings_fail_the_checks(settings, value):
+    from django_ojs.checks import check_settings
+
+    settings.OJS_TENANTS = value
+    assert [e.id for e in check_settings()] == ["ojs.E018"]
