@@ -294,7 +294,8 @@ class Driver(ABC):
     def limited_candidates(self, queue: str, now: datetime, limit: int) -> list[tuple[Any, ...]]:
         """``(id, rate_key, rate_limit, tenant)`` of up to ``limit`` available, unexpired
         jobs of ``queue`` that a limit governs: rate-limited jobs, or every job when the
-        queue has a queue-level limit; claim order (priority high to low, then id)."""
+        queue has a queue-level limit; claim order (priority high to low, then the tenants'
+        turns, then id)."""
 
     @abstractmethod
     def capped_candidates(

@@ -71,7 +71,7 @@ class OrmDriver(Driver):
             .filter(state=JobState.AVAILABLE, queue=queue)
             .filter(Q(rate_key__isnull=False) | Q(Exists(limited_queue)))
             .filter(Q(stale_at__isnull=True) | Q(stale_at__gt=now))
-            .order_by("-priority", "id")
+            .order_by("-priority", "vtime", "id")
             .values_list("id", "rate_key", "rate_limit", "tenant")[:limit]
         )
 

@@ -10,6 +10,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RemoveIndex(
+            model_name='job',
+            name='ojs_job_limited_claim_idx',
+        ),
         migrations.AddField(
             model_name='tenant',
             name='enqueue_rate_limit',
@@ -74,5 +78,9 @@ class Migration(migrations.Migration):
             model_name='tenant',
             name='throttled_weight',
             field=models.FloatField(blank=True, null=True),
+        ),
+        migrations.AddIndex(
+            model_name='job',
+            index=models.Index(condition=models.Q(('state', 'available'), ('rate_key__isnull', False)), fields=['queue', '-priority', 'vtime', 'id'], name='ojs_job_limited_claim_idx'),
         ),
     ]

@@ -224,9 +224,10 @@ class Job(models.Model):
                 & Q(state__in=["scheduled", "available", "pending", "retryable"]),
             ),
             models.Index(fields=["state", "queue"], name="ojs_job_state_queue_idx"),
-            # Rate limits: what is waiting per key, and each key's active jobs and starts.
+            # Rate limits: what is waiting per key, in claim order (tenants' turns too),
+            # and each key's active jobs and starts.
             models.Index(
-                fields=["queue", "-priority", "id"],
+                fields=["queue", "-priority", "vtime", "id"],
                 name="ojs_job_limited_claim_idx",
                 condition=Q(state="available") & Q(rate_key__isnull=False),
             ),

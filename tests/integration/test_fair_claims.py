@@ -160,3 +160,14 @@ def test_jobs_an_operator_or_a_workflow_releases_take_their_turns_too():
         assert Job.objects.get(pk=job_id).vtime == head + 1  # the next round, not turn 0
     order = tenants_of(drain())
     assert order.index("b") <= 3 and order.index("c") <= 3  # a turn 6, then a, b, c at 7
+
+
+def test_rate_limited_jobs_of_several_tenants_take_turns_too():
+    limit = {"key": "partner-api", "concurrency": 1000}
+    push("a", 40, rate_limit=limit)
+    b = push("b", 2, rate_limit=limit)
+    order = drain(count=2)
+    assert len(order) == 42
+    position = {str(j.id): i for i, j in enumerate(order)}
+    # Claimed along the limited path (rate-limiting §8.1) in the same turns as the others.
+    assert max(position[i] for i in b) <= 4

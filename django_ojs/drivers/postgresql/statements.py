@@ -475,7 +475,7 @@ WHERE state = 'available' AND queue = %(queue)s
   AND (rate_key IS NOT NULL
        OR EXISTS (SELECT 1 FROM ojs_queue q WHERE q.name = %(queue)s AND q.limits IS NOT NULL))
   AND (stale_at IS NULL OR stale_at > %(now)s)
-ORDER BY priority DESC, id
+ORDER BY priority DESC, vtime, id
 LIMIT %(limit)s
 """
 
