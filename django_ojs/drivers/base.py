@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -305,13 +305,14 @@ class Driver(ABC):
         limit: int,
         *,
         window: int,
-        held: Sequence[str],
+        caps: Mapping[str, int],
         tenants: Sequence[str] | None,
     ) -> list[tuple[Any, str]]:
         """``(id, tenant)`` of up to ``limit`` available, unexpired jobs of ``queue`` free
         of rate limits (and of ``tenants``' when given), in claim order, leaving out the
-        jobs of ``held`` tenants, among the first ``window`` such jobs (that bounds the
-        rows a claim reads when held tenants' jobs come first). PostgreSQL locks the
+        jobs of the tenants of ``caps`` that have as many active jobs as their cap, among
+        the first ``window`` such jobs (that bounds the rows a claim reads when those
+        tenants' jobs come first). PostgreSQL locks the
         rows it returns (``FOR UPDATE SKIP LOCKED``, until the transaction ends) and reads
         no further than it needs; SQLite's transaction holds the single write lock.
         Per-tenant ``max_concurrency`` claims (``lifecycle.tenantlimits``)."""

@@ -7,12 +7,12 @@ replaces the hot paths with single statements and keeps the rest. No vendor bran
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, Exists, JSONField, Q, QuerySet, Value, When
+from django.db.models import Case, Count, Exists, JSONField, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from django_ojs.drivers.base import (
@@ -82,9 +82,19 @@ class OrmDriver(Driver):
         limit: int,
         *,
         window: int,
-        held: Sequence[str],
+        caps: Mapping[str, int],
         tenants: Sequence[str] | None,
     ) -> list[tuple[Any, str]]:
+        active = dict(
+            Job.objects.using(self.using)
+            .filter(state=JobState.ACTIVE, tenant__in=list(caps))
+            .exclude(tenant="")
+            .order_by()
+            .values("tenant")
+            .annotate(n=Count("id"))
+            .values_list("tenant", "n")
+        )
+        held = {tenant for tenant, cap in caps.items() if active.get(tenant, 0) >= cap}
         jobs = (
             Job.objects.using(self.using)
             .filter(state=JobState.AVAILABLE, queue=queue, rate_key__isnull=True)
@@ -92,7 +102,7 @@ class OrmDriver(Driver):
         )
         if tenants is not None:
             jobs = jobs.filter(tenant__in=list(tenants))
-        skip = set(held)
+        skip = held
         found = []
         for job_id, tenant in jobs.order_by("-priority", "vtime", "id").values_list("id", "tenant")[
             :window

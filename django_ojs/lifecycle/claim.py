@@ -225,14 +225,13 @@ class Fetch:
             promote_due(now=now, queues=self.queues, wait=True, using=using)
             if touch and worker_id:
                 driver.touch_worker(worker_id, self.queues, now)
-            held = tenantlimits.held(caps, using)
             for queue in self.queues:
                 remaining = count - len(claimed)
                 if remaining <= 0:
                     break
                 candidates = driver.capped_candidates(
                     queue, now, remaining + len(caps), window=CAPPED_WINDOW + remaining,
-                    held=sorted(held), tenants=self.tenants,
+                    caps=caps, tenants=self.tenants,
                 )  # fmt: skip
                 allowed = tenantlimits.allowance((t for _, t in candidates), caps, using)
                 ids = _within(candidates, allowed, remaining)

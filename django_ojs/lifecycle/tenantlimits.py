@@ -229,12 +229,6 @@ def concurrency_limits(using: str) -> dict[str, int]:
     return caps
 
 
-def held(caps: Mapping[str, int], using: str) -> set[str]:
-    """Of ``caps``' tenants, those at their cap now (a read without locks: a hint, to skip
-    their jobs; :func:`allowance` decides)."""
-    return {t for t, n in active_counts(list(caps), using).items() if n >= caps[t]}
-
-
 def active_counts(tenants: Sequence[str], using: str) -> dict[str, int]:
     """Active jobs per tenant of ``tenants`` (along ojs_job_tenant_idx)."""
     if not tenants:

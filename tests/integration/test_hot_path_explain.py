@@ -336,3 +336,49 @@ def test_a_small_tenants_turn_is_read_along_its_own_index_beside_a_big_tenant(la
     root = plan[0]["Plan"]
     assert _filtered(root) < 10, json.dumps(plan)[:2000]
     assert any("tenant" in r for r in _job_reads(root)), _job_reads(root)
+
+
+def _nodes(node: dict, kind: str) -> list[dict]:
+    found = [node] if node["Node Type"] == kind else []
+    for child in node.get("Plans", []):
+        found += _nodes(child, kind)
+    return found
+
+
+def test_a_claim_behind_a_capped_tenants_backlog_reads_a_bounded_window_and_locks_no_row_of_it(
+    layout,
+):
+    """Per-tenant max_concurrency (lifecycle.tenantlimits): with only a capped tenant's
+    jobs waiting, a claim reads at most its window of rows along ojs_job_claim_idx, sorts
+    nothing and locks none of them (a lock on each row read wrote 1,000 rows per claim)."""
+    from django_ojs.drivers.postgresql.statements import CAPPED_CANDIDATES_SQL
+
+    django_ojs.enqueue_many([{"type": "hot.t", "meta": {"tenant_id": "big"}}] * 300)
+    window = 100
+    params = {
+        "queue": "default",
+        "now": timezone.now(),
+        "limit": 5,
+        "window": window,
+        "capped": ["big"],
+        "caps": [0],  # big is at its cap: none of its jobs may start
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE ojs_job")
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {CAPPED_CANDIDATES_SQL}", params)
+        (plan,) = cursor.fetchone()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    root = plan[0]["Plan"]
+    assert not _sorts(root), json.dumps(plan)[:2000]
+    (locks,) = _nodes(root, "LockRows")
+    assert locks["Actual Rows"] == 0
+    reads = [
+        n
+        for kind in ("Index Scan", "Index Only Scan", "Seq Scan")
+        for n in _nodes(root, kind)
+        if (n.get("Relation Name") or "").startswith("ojs_job")
+        and "Index Cond" in n
+        and "queue" in str(n.get("Index Cond"))
+    ]
+    assert reads and sum(n["Actual Rows"] * n["Actual Loops"] for n in reads) <= window + 1

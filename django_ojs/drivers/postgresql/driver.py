@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from itertools import compress, repeat
@@ -445,7 +445,7 @@ class PostgreSQLDriver(OrmDriver):
         limit: int,
         *,
         window: int,
-        held: Sequence[str],
+        caps: Mapping[str, int],
         tenants: Sequence[str] | None,
     ) -> list[tuple[Any, str]]:
         params = {
@@ -453,7 +453,8 @@ class PostgreSQLDriver(OrmDriver):
             "now": now,
             "limit": limit,
             "window": window,
-            "held": list(held),
+            "capped": list(caps),
+            "caps": list(caps.values()),
             "tenants": None if tenants is None else list(tenants),
         }
         sql = CAPPED_CANDIDATES_SQL if tenants is None else CAPPED_TENANT_CANDIDATES_SQL
