@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -249,3 +249,14 @@ def test_the_page_runs_actions_on_configured_tenants(browser, tenants_with_jobs)
     )
     assert b"Lifted 1 throttle" in done.content and "rows" in done.context
     assert lifecycle.tenant_throttle("gamma") is None
+
+
+@pytest.mark.postgresql
+def test_the_page_turns_jit_off_for_its_statements_only():
+    enqueue("acme")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = on")
+        (acme,) = lifecycle.tenant_summaries(["acme"])
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone()[0] == "on"
+    assert acme.jobs["available"] == 1

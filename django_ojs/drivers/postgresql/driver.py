@@ -162,11 +162,15 @@ class PostgreSQLDriver(OrmDriver):
     def _without_jit(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """The rows of a page's statement of many small index probes, JIT off: the
         planner's cost of a thousand probes passes ``jit_above_cost``, and compiling
-        then took longer (15-80 ms) than running them (3 ms)."""
+        then took longer (15-80 ms) than running them (3 ms). The setting is the
+        transaction's, and put back after (the caller's transaction may go on)."""
         with transaction.atomic(using=self.using), connections[self.using].cursor() as cursor:
-            cursor.execute("SET LOCAL jit = off")
+            cursor.execute("SELECT current_setting('jit'), set_config('jit', 'off', true)")
+            (was, _) = cursor.fetchone()
             cursor.execute(sql, params)
-            return list(cursor.fetchall())
+            rows = list(cursor.fetchall())
+            cursor.execute("SELECT set_config('jit', %s, true)", [was])
+            return rows
 
     def count(self, rows: QuerySet[Any], exact_limit: int) -> tuple[int, bool]:
         # ``SELECT count(*) FROM (… LIMIT n)`` stops early; above it, the planner's
