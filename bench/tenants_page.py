@@ -51,14 +51,17 @@ def fill(jobs: int, tenants: int, whale: int) -> None:
         "state": f"({states})[1 + (g / {tenants}) %% 10]",
         "queue": "'q' || (g %% 10)",
         "vtime": f"(g / {tenants} + 1)::float8",
-        "created_at": "now() - make_interval(secs => g)",
-        "enqueued_at": "now() - make_interval(secs => g)",
+        # Pushed in order: a tenant's k-th job is newer and later in its turns (vtime).
+        "created_at": f"now() - make_interval(secs => {jobs} - g)",
+        "enqueued_at": f"now() - make_interval(secs => {jobs} - g)",
         "scheduled_at": f"CASE WHEN ({states})[1 + (g / {tenants}) %% 10] = 'scheduled' "
         "THEN now() + interval '1 hour' END",
         "args": "jsonb_build_array(g)",
     }
     whale_expressions = {**expressions, "tenant": f"'{WHALE}'", "state": "'available'",
-                         "scheduled_at": "NULL", "vtime": "(g + 1000)::float8"}  # fmt: skip
+                         "scheduled_at": "NULL", "vtime": "(g + 1000)::float8",
+                         "created_at": f"now() - make_interval(secs => {whale} - g)",
+                         "enqueued_at": f"now() - make_interval(secs => {whale} - g)"}  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'ojs_job'"
