@@ -60,10 +60,7 @@ fair-scheduling:required multi-tenancy:required webhooks:report-only bulk-operat
 #                policy's rate is an object {limit, period} with an ISO 8601 period
 #                (rate limiting §6.1), so the enqueue is a 400. (Its X-RateLimit-* header
 #                check, rate limiting §10.4, is also not yet served.)
-#   EXT-MT-004   Not yet served: reads a queue with GET /ojs/v1/queues/{name}, an endpoint of
-#                the queue-config extension (§9.1) django-ojs does not serve (it serves the
-#                binding's /queues/{name}/stats). The tenant steps before it pass.
-SKIPS=(EXT-GS-001 EXT-GS-002 EXT-GS-003 EXT-MW-002 EXT-OBS-002 EXT-RL-004 EXT-MT-004)
+SKIPS=(EXT-GS-001 EXT-GS-002 EXT-GS-003 EXT-MW-002 EXT-OBS-002 EXT-RL-004)
 
 if [ ! -f "$RUNNER" ]; then
     if [ "${CI:-}" = "true" ]; then

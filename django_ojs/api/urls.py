@@ -47,6 +47,8 @@ v1: list[URLPattern | URLResolver] = [
     path("queues/<str:name>/pause", views.QueuePauseView.as_view(), name="queue-pause"),
     path("queues/<str:name>/resume", views.QueueResumeView.as_view(), name="queue-resume"),
     path("queues/<str:name>/config", views.QueueConfigView.as_view(), name="queue-config"),
+    # After its sub-resources: <str:> never matches a "/", so the order only saves tries.
+    path("queues/<str:name>", views.QueueDetailView.as_view(), name="queue-detail"),
     path("dead-letter", views.DeadLetterListView.as_view(), name="dead-letter-list"),
     path("dead-letter/stats", views.DeadLetterStatsView.as_view(), name="dead-letter-stats"),
     path(

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from django.core.checks import CheckMessage
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from django_ojs import envelope
 from django_ojs.drivers.periods import Partition, Partitions
 from django_ojs.ids import uuid7_at
-from django_ojs.models import ApiKey, Event, Job
+from django_ojs.models import ApiKey, Event, Job, Queue
 
 if TYPE_CHECKING:
     from django_ojs.policy import Durations
@@ -168,6 +168,12 @@ class Look:
     due: bool
     limited: bool
 
+
+#: What :meth:`Driver.tenant_heads` gives of each job: enough to say since when it waits.
+TENANT_HEAD_FIELDS = (
+    "id", "tenant", "queue", "priority", "created_at", "enqueued_at", "scheduled_at",
+    "next_attempt_at",
+)  # fmt: skip
 
 _API_KEY_FIELDS = tuple(ApiKey._meta.concrete_fields)
 _API_KEY_ATTNAMES = [f.attname for f in _API_KEY_FIELDS]
@@ -487,6 +493,40 @@ class Driver(ABC):
     @abstractmethod
     def distinct_tenants(self, after: str, limit: int) -> list[str]:
         """Up to ``limit`` of the tenants jobs name, in order, after ``after``."""
+
+    def tenant_counts(
+        self, tenants: Sequence[str], exact_limit: int
+    ) -> dict[tuple[str, str], tuple[int, bool]]:
+        """Each tenant's jobs by state, ``{(tenant, state): (n, estimated)}`` (a pair with no
+        job may be left out). Here one exact grouped count; a driver may stop counting a
+        pair past ``exact_limit`` jobs and estimate it instead."""
+        rows = (
+            Job.objects.using(self.using)
+            .filter(tenant__in=list(tenants))
+            .exclude(tenant="")
+            .values_list("tenant", "state")
+            .annotate(n=Count("*"))
+            .order_by()
+        )
+        return {(tenant, state): (n, False) for tenant, state, n in rows}
+
+    def tenant_heads(self, tenants: Sequence[str]) -> list[dict[str, Any]]:
+        """Each tenant's next job in each queue (the first of its ``available`` jobs in
+        claim order, ``ojs_job_tenant_claim_idx``): dicts of ``TENANT_HEAD_FIELDS``. The
+        queues are the ``Queue`` rows (a push registers its queue)."""
+        jobs = Job.objects.using(self.using)
+        ids: list[Any] = []
+        for tenant in tenants:
+            if not tenant:
+                continue
+            head = (
+                jobs.filter(queue=OuterRef("name"), tenant=tenant, state="available")
+                .order_by("-priority", "vtime", "id")
+                .values("id")[:1]
+            )
+            found = Queue.objects.using(self.using).annotate(head=Subquery(head))
+            ids.extend(found.filter(head__isnull=False).values_list("head", flat=True))
+        return list(jobs.filter(id__in=ids).values(*TENANT_HEAD_FIELDS)) if ids else []
 
     def count(self, rows: QuerySet[Any], exact_limit: int) -> tuple[int, bool]:
         """``(n, estimated)``: how many rows ``rows`` has. Here always exact; a driver may

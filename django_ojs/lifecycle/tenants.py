@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import timedelta
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -34,6 +36,9 @@ from django_ojs.tenancy import validate_tenant
 MAX_WEIGHT = 1_000_000.0
 #: Counts of a tenant's jobs per state are exact up to this many, estimated above it.
 EXACT_COUNT_UP_TO = 10_000
+#: On a page of tenants (the admin's tenants page, ``GET /admin/tenants``), the same
+#: bound: a page reads at most page size x states x this many index entries.
+PAGE_EXACT_COUNT_UP_TO = 1_000
 
 
 def validate_weight(value: Any, field: str = "fairness_weight") -> float:
@@ -435,3 +440,156 @@ def detect_noisy_neighbours(*, using: str | None = None, force: bool = False) ->
         out[tenant_id] = why.reason
     forget_tenant_limits()
     return out
+
+
+def _limits_of(row: Tenant | None, jobs: dict[str, int]) -> dict[str, Any]:
+    """A page's tenant's limits in §10.2's form, as ``tenant_stats`` gives them: each
+    limit its row sets, ``{"limit": n, "current": m}`` with ``current`` from the page's
+    counts ``jobs`` (``max_enqueue_rate`` as set); ``{}`` without a row or limits."""
+    if row is None:
+        return {}
+    limits = limits_of(row)
+    out: dict[str, Any] = {}
+    for name, limit, current in (
+        ("max_concurrency", limits.max_concurrency, jobs["active"]),
+        ("max_queue_depth", limits.max_queue_depth, jobs["available"] + jobs["scheduled"]),
+        ("max_scheduled", limits.max_scheduled, jobs["scheduled"]),
+    ):
+        if limit is not None:
+            out[name] = {"limit": limit, "current": current}
+    if limits.enqueue_rate is not None:
+        out["max_enqueue_rate"] = rules.wire(limits)["max_enqueue_rate"]
+    return out
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    """The job of a tenant that has waited longest at the head of a queue."""
+
+    job_id: str
+    queue: str
+    priority: int
+    #: When it became available: created, or due (scheduled, or its retry's time).
+    since: datetime
+
+    def age(self, now: datetime) -> float:
+        """Seconds it has waited by ``now``."""
+        return max(0.0, (now - self.since).total_seconds())
+
+
+@dataclass
+class TenantSummary:
+    """One line of the tenants page: a tenant's jobs by state and what waits longest."""
+
+    tenant_id: str
+    #: Jobs by OJS state, every state present (0 when none).
+    jobs: dict[str, int]
+    #: The states whose count is the planner's estimate (more than the page counts).
+    estimated: list[str]
+    #: The longest waiting of the tenant's next jobs, one per queue; None: nothing waits.
+    oldest_available: WaitingJob | None
+    weight: float
+    configured: bool
+    limits: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.jobs.values())
+
+
+def _since(head: dict[str, Any]) -> datetime:
+    """When an available job became available: the latest of its creation, its enqueue,
+    its scheduled time and its retry's time (those that are set)."""
+    times = (head.get(k) for k in ("created_at", "enqueued_at", "scheduled_at", "next_attempt_at"))
+    latest: datetime = max(t for t in times if t is not None)
+    return latest
+
+
+def _oldest(heads: list[dict[str, Any]]) -> dict[str, WaitingJob]:
+    """Per tenant, the longest waiting of its queues' next jobs (ties: the lower id)."""
+    oldest: dict[str, WaitingJob] = {}
+    for head in heads:
+        waiting = WaitingJob(str(head["id"]), head["queue"], head["priority"], _since(head))
+        known = oldest.get(head["tenant"])
+        if known is None or (waiting.since, waiting.job_id) < (known.since, known.job_id):
+            oldest[head["tenant"]] = waiting
+    return oldest
+
+
+def oldest_available(tenant_id: str, *, using: str | None = None) -> WaitingJob | None:
+    """The tenant's job that has waited longest at the head of a queue (one index
+    descent per queue, ojs_job_tenant_claim_idx); None when none of its jobs waits."""
+    using = db(using)
+    tenant_id = validate_tenant(tenant_id, field="tenant_id")
+    return _oldest(get_driver(using).tenant_heads([tenant_id])).get(tenant_id)
+
+
+def tenant_summaries(
+    tenant_ids: Sequence[str],
+    *,
+    exact_up_to: int = PAGE_EXACT_COUNT_UP_TO,
+    using: str | None = None,
+) -> list[TenantSummary]:
+    """A page of tenants' summaries, in the order given (at most a page of them).
+
+    Three statements whatever the table holds: counts per (tenant, state) from
+    ojs_job_tenant_idx, exact up to ``exact_up_to`` then estimated; each tenant's next
+    job in each queue from ojs_job_tenant_claim_idx (the longest waiting of those is
+    ``oldest_available``: the job its tenant's turn brings next in that queue, not
+    necessarily its oldest, when priorities or schedules differ); the ``Tenant`` rows.
+    """
+    using = db(using)
+    ids = [t for t in tenant_ids if t]
+    driver = get_driver(using)
+    counts = driver.tenant_counts(ids, exact_up_to) if ids else {}
+    heads = driver.tenant_heads(ids) if ids else []
+    rows = {t.tenant_id: t for t in Tenant.objects.using(using).filter(tenant_id__in=ids)}
+    oldest = _oldest(heads)
+    out = []
+    for tenant in ids:
+        jobs = {s.value: 0 for s in JobState}
+        estimated = []
+        for state in jobs:
+            n, estimate = counts.get((tenant, state), (0, False))
+            jobs[state] = n
+            if estimate:
+                estimated.append(state)
+        row = rows.get(tenant)
+        out.append(
+            TenantSummary(
+                tenant_id=tenant,
+                jobs=jobs,
+                estimated=estimated,
+                oldest_available=oldest.get(tenant),
+                weight=DEFAULT_WEIGHT if row is None else float(row.weight),
+                configured=row is not None,
+                limits=_limits_of(row, jobs),
+            )
+        )
+    return out
+
+
+def tenant_page(
+    *,
+    after: str = "",
+    limit: int = 100,
+    tenants: Sequence[str] | None = None,
+    using: str | None = None,
+) -> tuple[list[TenantSummary], str | None]:
+    """``(summaries, next_after)``: the tenants after ``after`` in name order (named by
+    jobs or configured), at most ``limit``, summarised; ``next_after`` is the cursor of
+    the next page, None on the last one. ``tenants`` limits the page to those (an API
+    key's), among them the ones with jobs or a configuration."""
+    using = db(using)
+    if tenants is None:
+        ids = tenant_ids(after=after, limit=limit, using=using)
+        cursor = ids[-1] if len(ids) == limit else None
+    else:
+        candidates = sorted({t for t in tenants if t > after})
+        wanted = candidates[:limit]
+        rows = Tenant.objects.using(using).filter(tenant_id__in=wanted)
+        configured = set(rows.values_list("tenant_id", flat=True))
+        jobs = Job.objects.using(using).exclude(tenant="")
+        ids = [t for t in wanted if t in configured or jobs.filter(tenant=t).exists()]
+        cursor = wanted[-1] if len(candidates) > limit else None
+    return tenant_summaries(ids, using=using), cursor

@@ -32,6 +32,7 @@ PAGES = [
     ("admin:ojs_deadletterjob_changelist", {}),
     ("admin:ojs_worker_changelist", {}),
     ("admin:ojs_queue_changelist", {}),
+    ("admin:ojs_tenant_changelist", {}),
     ("admin:ojs_workflow_changelist", {}),
 ]
 #: Tables a page may scan: small by design (one row per queue, worker, key, cron entry).
@@ -57,6 +58,7 @@ def test_admin_page_queries_use_indexes(admin_client, name, query):
     JobFactory.create_batch(3, queue="mail", type="email.send")
     django_ojs.enqueue("email.send", queue="mail")
     (claimed,) = lifecycle.fetch(["mail"], worker_id="w")
+    django_ojs.enqueue("email.send", queue="mail", meta={"tenant_id": "acme"})  # tenants page
     lifecycle.fail(claimed.id, {"message": "no", "retryable": False}, worker_id="w")
     WorkerFactory()
     with CaptureQueriesContext(connection) as captured:

@@ -32,6 +32,7 @@ CALLS = [
     ("GET", "/events", None, OPERATORS),
     ("GET", "/queues", None, OPERATORS),
     ("GET", "/queues/default/stats", None, OPERATORS),
+    ("GET", "/queues/default", None, OPERATORS),
     ("GET", "/dead-letter", None, OPERATORS),
     ("POST", "/dead-letter/{id}/retry", None, OPERATORS),
     ("POST", "/workers/fetch", {"queues": ["default"]}, WORKERS),
@@ -207,6 +208,8 @@ def test_queue_allowlist__inspect_cancel_and_lists_are_limited():
     assert_queue_denied(api.delete(f"/jobs/{theirs.id}"), "billing", "cancel")
     assert_queue_denied(api.post(f"/jobs/{theirs.id}/activate"), "billing", "cancel")
     assert_queue_denied(api.get("/queues/billing/stats"), "billing", "inspect")
+    assert_queue_denied(api.get("/queues/billing"), "billing", "inspect")
+    assert api.get("/queues/orders").body["stats"]["available"] == 1
     QueueFactory(name="orders")
     QueueFactory(name="billing")
     assert [q["name"] for q in api.get("/queues").body["queues"]] == ["orders"]

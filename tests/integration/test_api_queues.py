@@ -81,6 +81,48 @@ def test_stats__unknown_queue_is_404(api):
     assert error["details"]["resource_type"] == "queue"
 
 
+def test_detail__state_config_and_stats(api):
+    JobFactory.create_batch(2, queue="email")
+    JobFactory(queue="email", active=True)
+    JobFactory(queue="email", retryable=True)
+    config = {"concurrency": 3, "retention": {"completed": "P2D"}}
+    assert api.request("PUT", "/queues/email/config", config).status_code == 200
+    api.post("/queues/email/pause")
+    response = api.get("/queues/email")
+    assert response.status_code == 200
+    body = response.body
+    assert body["name"] == "email" and body["state"] == "paused" and body["created_at"]
+    assert body["config"] == api.get("/queues/email/config").body["config"]
+    assert body["config"]["limits"] == {"concurrency": 3}
+    assert body["config"]["retention"]["completed"] == "P2D"
+    stats = body["stats"]
+    assert (stats["depth"], stats["available"], stats["active"], stats["retryable"]) == (2, 2, 1, 1)
+    assert stats["scheduled"] == 0 and stats["total"] == 4
+    # The same queue under "queue", as the other queue endpoints answer.
+    assert body["queue"]["name"] == "email" and body["queue"]["state"] == "paused"
+    assert body["queue"]["config"] == body["config"] and body["queue"]["stats"] == stats
+    assert body["status"] == "paused" and body["paused"] is True
+
+
+def test_detail__default_queue_exists_and_an_active_one_says_so(api):
+    body = api.get("/queues/default").body
+    assert body["state"] == "active" and body["stats"]["total"] == 0
+    assert body["queue"]["name"] == "default"
+
+
+def test_detail__unknown_queue_is_404_and_a_bad_name_400(api):
+    error = assert_ojs_error(api.get("/queues/nowhere"), 404, "not_found")
+    assert error["details"] == {"resource_type": "queue", "resource_id": "nowhere"}
+    assert_ojs_error(api.get("/queues/Bad!"), 400, "invalid_payload")
+
+
+def test_detail__does_not_shadow_the_sub_resources(api):
+    JobFactory(queue="email")
+    assert "config" not in api.get("/queues/email/stats").body
+    assert "stats" not in api.get("/queues/email/config").body
+    assert api.post("/queues/email/pause").body["status"] == "paused"
+
+
 def test_pause_and_resume(api):
     paused = api.post("/queues/email/pause")
     assert paused.status_code == 200

@@ -274,6 +274,8 @@ def test_tenants_pushes_claims_and_reads_use_indexes(layout):
         lifecycle.promote_due(now=timezone.now() + timedelta(hours=2))
         lifecycle.tenant_ids(limit=10)
         lifecycle.tenant_stats("t0")
+        lifecycle.tenant_page(limit=10)  # the tenants page: counts and queue heads
+        lifecycle.oldest_available("t1")
     assert len(claimed) == 4 and {j.tenant for j in scoped} == {"t1"}
     found = captured.offenders()
     assert not found, "\n".join(found)

@@ -7,8 +7,8 @@ an admin key; the only check is ``not_a_server_error``. Every operation django-o
 is in: the core binding, cron, workflows and the admin API. What it does not serve (the
 debug endpoints, per-job and per-queue event streams, the WebSocket) is left out: 404s.
 ``tests/openapi-extensions.yaml`` describes, the same way, what django-ojs serves beyond
-that schema: the bulk-operations extension, maintenance mode, worker pools and the admin
-API's tenants.
+that schema: the bulk-operations extension, maintenance mode, worker pools, the admin
+API's tenants and a queue's details (queue config §9.3).
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def test_no_operation_answers_5xx(case: Any, app: WSGIHandler, auth: dict[str, s
     )
 
 
-def test_the_extensions_schema_covers_bulk_maintenance_pools_and_tenants():
-    assert len(list(extensions.get_all_operations())) == 22
+def test_the_extensions_schema_covers_bulk_maintenance_pools_tenants_and_queues():
+    assert len(list(extensions.get_all_operations())) == 23
 
 
 @extensions.parametrize()

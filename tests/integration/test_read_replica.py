@@ -102,6 +102,7 @@ ADMIN_PAGES: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("dead letter", lambda r: reverse("admin:ojs_deadletterjob_changelist")),
     ("dashboard", lambda r: reverse("admin:ojs_dashboard_changelist")),
     ("live dashboard", lambda r: reverse("admin:ojs_dashboard_changelist") + "?live=1"),
+    ("tenants", lambda r: reverse("admin:ojs_tenant_changelist")),
 ]
 
 
@@ -169,6 +170,7 @@ API_LISTS = [
     "/admin/stats/history",
     "/admin/dead-letter",
     "/admin/dead-letter/stats",
+    "/admin/tenants",
 ]
 
 

@@ -217,9 +217,9 @@ def test_admin_api_tenants_configure_list_stats_jobs_and_forget():
     assert_ojs_error(api.request("PUT", "/admin/tenants/acme", {"fairness_weight": 0}), 400)
     assert_ojs_error(api.request("PUT", "/admin/tenants/acme", {"fairness_weight": "x"}), 400)
     listed = api.get("/admin/tenants").body["items"]
-    assert listed == [
-        {"tenant_id": "acme", "fairness_weight": 2.0},
-        {"tenant_id": "beta", "fairness_weight": 1.0},
+    assert [(t["tenant_id"], t["fairness_weight"], t["total_jobs"]) for t in listed] == [
+        ("acme", 2.0, 2),
+        ("beta", 1.0, 1),
     ]
     stats = api.get("/admin/tenants/acme/stats").body
     assert stats["tenant_id"] == "acme" and stats["total_jobs"] == 2
@@ -282,3 +282,21 @@ def test_queue_stats_count_only_the_callers_tenants():
     assert acme["stats"]["available"] == 2 and acme["stats"]["total"] == 2
     limited = keyed("operator", "beta").get("/queues/tq/stats").body
     assert limited["stats"]["available"] == 3
+
+
+def test_queue_details_count_only_the_callers_tenants():
+    api = client("admin")
+    for tenant, n in (("acme", 2), ("beta", 3)):
+        for _ in range(n):
+            assert api.post("/jobs", JOB, headers={"X-OJS-Tenant": tenant}).status_code == 201
+    django_ojs.enqueue("t.run", [], queue="tq")  # no tenant
+    assert api.get("/queues/tq").body["stats"]["available"] == 6
+    acme = api.get("/queues/tq", headers={"X-OJS-Tenant": "acme"}).body
+    assert acme["queue"]["name"] == "tq" and acme["name"] == "tq"
+    assert acme["stats"]["available"] == 2 and acme["stats"]["total"] == 2
+    assert (
+        acme["stats"] == api.get("/queues/tq/stats", headers={"X-OJS-Tenant": "acme"}).body["stats"]
+    )
+    assert keyed("operator", "beta").get("/queues/tq").body["stats"]["available"] == 3
+    # Unknown means what it means for /stats: a tenant sees a queue other tenants use.
+    assert keyed("operator", "gamma").get("/queues/tq").body["stats"]["total"] == 0

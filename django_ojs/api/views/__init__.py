@@ -28,6 +28,7 @@ from django_ojs.api.views.jobs import (
 )
 from django_ojs.api.views.queues import (
     QueueConfigView,
+    QueueDetailView,
     QueueListView,
     QueuePauseView,
     QueueResumeView,
@@ -85,6 +86,7 @@ __all__ = [
     "ProgressStreamView",
     "ProgressView",
     "QueueConfigView",
+    "QueueDetailView",
     "QueueListView",
     "QueuePauseView",
     "QueueResumeView",

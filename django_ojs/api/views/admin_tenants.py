@@ -7,12 +7,14 @@ A key limited to some tenants sees and changes only those. Limits (§8.1) are se
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 from rest_framework.response import Response
 
-from django_ojs import jobquery, lifecycle
+from django_ojs import envelope, jobquery, lifecycle
 from django_ojs.api.permissions import MANAGE
 from django_ojs.api.views.admin import LIST_PARAMS, AdminView, job_summary, paginate
 from django_ojs.exceptions import ValidationError
@@ -62,8 +64,50 @@ def _reason(body: dict[str, Any]) -> str:
     return reason
 
 
+def oldest(waiting: lifecycle.WaitingJob | None, now: datetime) -> dict[str, Any]:
+    """The fields saying what of a tenant waits longest (``null`` when nothing waits)."""
+    if waiting is None:
+        return {
+            "oldest_available": None,
+            "oldest_available_at": None,
+            "oldest_available_age_seconds": None,
+        }
+    since = envelope.format_timestamp(waiting.since)
+    age = round(waiting.age(now), 3)
+    return {
+        "oldest_available": {
+            "job_id": waiting.job_id,
+            "queue": waiting.queue,
+            "priority": waiting.priority,
+            "available_since": since,
+            "age_seconds": age,
+        },
+        "oldest_available_at": since,
+        "oldest_available_age_seconds": age,
+    }
+
+
+def summary(item: lifecycle.TenantSummary, now: datetime) -> dict[str, Any]:
+    """One tenant of ``GET /admin/tenants``: its weight, jobs by state, running, oldest."""
+    return {
+        "tenant_id": item.tenant_id,
+        "fairness_weight": item.weight,
+        "configured": item.configured,
+        "jobs": item.jobs,
+        "estimated": item.estimated,
+        "total_jobs": item.total,
+        "active": item.jobs["active"],
+        **oldest(item.oldest_available, now),
+        "limits": item.limits,
+    }
+
+
 class TenantsView(TenantView):
-    """``GET /admin/tenants?after=&limit=``: tenants in name order, with their weights."""
+    """``GET /admin/tenants?after=&limit=``: tenants in name order (named by jobs or
+    configured), each with its weight, jobs by state (exact up to 1,000 per state, then
+    estimated), running jobs and the job that waits longest; keyset pages (``after``)."""
+
+    reads_from_replica = True
 
     def get(self, request: Any) -> Response:
         params = request.query_params
@@ -76,13 +120,13 @@ class TenantsView(TenantView):
             raise ValidationError("limit must be a whole number", field="limit") from None
         if not 1 <= limit <= MAX_PAGE:
             raise ValidationError(f"limit must be between 1 and {MAX_PAGE}", field="limit")
-        ids = lifecycle.tenant_ids(after=after, limit=limit)
-        scope = self.tenant_scope(request)
-        if scope is not None:
-            ids = [t for t in ids if t in scope]
-        items = [{"tenant_id": t, "fairness_weight": lifecycle.weight_of(t)} for t in ids]
-        more = len(ids) == limit
-        return Response({"items": items, "pagination": {"next_after": ids[-1] if more else None}})
+        summaries, cursor = lifecycle.tenant_page(
+            after=after, limit=limit, tenants=self.tenant_scope(request),
+            using=self.reading(request),
+        )  # fmt: skip
+        now = timezone.now()
+        items = [summary(s, now) for s in summaries]
+        return Response({"items": items, "pagination": {"next_after": cursor}})
 
 
 class TenantDetailView(TenantView):
@@ -91,7 +135,7 @@ class TenantDetailView(TenantView):
 
     def get(self, request: Any, tenant_id: str) -> Response:
         tenant = self.tenant(request, tenant_id)
-        stats = lifecycle.tenant_stats(tenant)
+        stats = tenant_stats(tenant)
         return Response(
             {
                 **stats,
@@ -121,11 +165,18 @@ class TenantDetailView(TenantView):
         return Response({"tenant_id": tenant, "deleted": deleted})
 
 
+def tenant_stats(tenant: str) -> dict[str, Any]:
+    """§10.2 as far as it is served: jobs by state (``available``, ``active``,
+    ``scheduled``... each state), total, weight, limits, and the oldest waiting job."""
+    stats = lifecycle.tenant_stats(tenant)
+    return {**stats, **oldest(lifecycle.oldest_available(tenant), timezone.now())}
+
+
 class TenantStatsView(TenantView):
     """``GET /admin/tenants/{id}/stats`` (§10.2): its jobs by state, total and weight."""
 
     def get(self, request: Any, tenant_id: str) -> Response:
-        return Response(lifecycle.tenant_stats(self.tenant(request, tenant_id)))
+        return Response(tenant_stats(self.tenant(request, tenant_id)))
 
 
 class TenantJobsView(TenantView):

@@ -1,4 +1,4 @@
-"""Queue endpoints (HB §11): list, statistics, pause, resume."""
+"""Queue endpoints (HB §11): list, details (queue config §9.3), statistics, pause, resume."""
 
 from __future__ import annotations
 
@@ -53,6 +53,44 @@ class QueueStatsView(OJSView):
         # A caller limited to some tenants (X-OJS-Tenant, the key's) counts only theirs.
         counts = queues.counts(name, tenants=self.tenant_scope(request))
         return Response(serializers.queue_stats(info, counts, timezone.now()))
+
+
+class QueueDetailView(OJSView):
+    """``GET /ojs/v1/queues/{name}`` (queue config §9.3): the queue's state, configuration
+    and statistics in one answer.
+
+    The spec's fields are top-level (``name``, ``state``, ``config``, ``stats``,
+    ``created_at``); the same queue is also under ``queue``, as the other queue endpoints
+    answer and the extension suites read it (EXT-MT-004: ``$.queue.name``). Statistics are
+    :class:`QueueStatsView`'s, scoped the same way to the caller's tenants; a queue is
+    unknown (404) exactly when ``/stats`` says so. ``updated_at`` is left out: a queue's
+    row does not record when its configuration last changed.
+    """
+
+    operation = INSPECT
+
+    def get(self, request: Any, name: str) -> Response:
+        self.require_queue(request, name, INSPECT)
+        info = _known(name)
+        counts = queues.counts(name, tenants=self.tenant_scope(request))
+        stats = serializers.queue_stats(info, counts, timezone.now())
+        config = queueconfig.render(info)
+        body = {
+            "name": info.name,
+            "state": stats["status"],
+            "config": config,
+            "stats": stats["stats"],
+            "created_at": serializers.ts(info.created_at),
+        }
+        return Response(
+            {
+                **body,
+                "queue": {**stats["queue"], **body},
+                "status": stats["status"],
+                "paused": info.paused,
+                "computed_at": stats["computed_at"],
+            }
+        )
 
 
 class QueuePauseView(OJSView):

@@ -635,6 +635,34 @@ SELECT tenant FROM t WHERE tenant IS NOT NULL
 """
 
 
+# A page of tenants' jobs by state (the admin's tenants page, GET /admin/tenants): one
+# count per (tenant, state), each an index-only probe of ojs_job_tenant_idx that stops
+# after %(cap)s entries, so a page costs at most tenants x states x cap entries read
+# whatever the table holds. ``j.tenant <> ''`` lets the planner use the partial index.
+TENANT_COUNTS_SQL = """
+SELECT t.tenant, s.state,
+       (SELECT count(*) FROM (SELECT 1 FROM ojs_job j
+                              WHERE j.tenant = t.tenant AND j.tenant <> '' AND j.state = s.state
+                              LIMIT %(cap)s) c)
+FROM unnest(%(tenants)s::text[]) AS t(tenant) CROSS JOIN unnest(%(states)s::text[]) AS s(state)
+"""
+
+# Each tenant's next job in each queue: the first entry of ojs_job_tenant_claim_idx
+# (queue, tenant, -priority, vtime, id) for every (queue row, tenant) pair: one index
+# descent each, tenants x queues of them.
+TENANT_HEADS_SQL = """
+SELECT {outer}
+FROM unnest(%(tenants)s::text[]) AS t(tenant)
+CROSS JOIN ojs_queue q
+CROSS JOIN LATERAL (
+    SELECT {inner} FROM ojs_job j
+    WHERE j.queue = q.name AND j.tenant = t.tenant AND j.tenant <> ''
+      AND j.state = 'available'
+    ORDER BY j.priority DESC, j.vtime, j.id
+    LIMIT 1
+) h
+"""
+
 # Why a lock and not a query: a sequence number is taken when a row is inserted, but the
 # row is visible only when its transaction commits, so the highest visible ``seq`` does
 # not tell whether a lower one is still on its way. SHARE conflicts with the ROW
