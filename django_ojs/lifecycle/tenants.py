@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -491,6 +492,12 @@ class TenantSummary:
     weight: float
     configured: bool
     limits: dict[str, Any] = field(default_factory=dict)
+    #: The queues where it has jobs waiting (available).
+    queues_waiting: int = 0
+    #: The workers running its jobs now.
+    workers: int = 0
+    #: When its configuration was made (None: it has none).
+    created_at: datetime | None = None
 
     @property
     def total(self) -> int:
@@ -545,6 +552,21 @@ def tenant_summaries(
     heads = driver.tenant_heads(ids) if ids else []
     rows = {t.tenant_id: t for t in Tenant.objects.using(using).filter(tenant_id__in=ids)}
     oldest = _oldest(heads)
+    queues = Counter(head["tenant"] for head in heads)
+    # The workers running each tenant's jobs (its active jobs: few, along ojs_job_tenant_idx).
+    workers = (
+        dict(
+            Job.objects.using(using)
+            .filter(state=JobState.ACTIVE, tenant__in=ids)
+            .exclude(tenant="")
+            .order_by()
+            .values("tenant")
+            .annotate(n=Count("worker_id", distinct=True))
+            .values_list("tenant", "n")
+        )
+        if ids
+        else {}
+    )
     out = []
     for tenant in ids:
         jobs = {s.value: 0 for s in JobState}
@@ -564,6 +586,9 @@ def tenant_summaries(
                 weight=DEFAULT_WEIGHT if row is None else float(row.weight),
                 configured=row is not None,
                 limits=_limits_of(row, jobs),
+                queues_waiting=queues[tenant],
+                workers=workers.get(tenant, 0),
+                created_at=None if row is None else row.created_at,
             )
         )
     return out

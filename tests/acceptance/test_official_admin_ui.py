@@ -63,7 +63,6 @@ ROUTES = (
 #: reported at the end of the test (then remove it from this list).
 NOT_SERVED_YET: tuple[tuple[str, str, str], ...] = (
     # -- In the OJS specs, not served by django-ojs yet.
-    ("GET", r"/ojs/v1/admin/tenants", "multi-tenancy (ojs-multi-tenancy.md): not built"),
     ("GET", r"/ojs/v1/admin/schemas", "job schemas/versioning: not built"),
     ("GET", r"/ojs/v1/unique-jobs", "a listing of unique-job locks: not built"),
     ("GET", r"/ojs/v1/middleware", "a listing of the middleware chains: not built"),
@@ -170,7 +169,7 @@ class Traffic:
 
 def _seed() -> dict[str, object]:
     """Something on every page: queues with jobs in each state, a worker, a dead letter,
-    a cron entry, a workflow, events, a worker pool."""
+    a cron entry, a workflow, events, a worker pool, a tenant with limits."""
     WorkerFactory(id="worker-web-1", hostname="web-1", pid=4242, queues=["email", "reports"])
     for i in range(6):
         job = lifecycle.enqueue("email.send", [f"user{i}@example.com"], queue="email")
@@ -192,6 +191,8 @@ def _seed() -> dict[str, object]:
     )
     lifecycle.save_pool("mail-workers", ["email", "reports"], strategy="weighted",
                         weights={"email": 3, "reports": 1})  # fmt: skip
+    lifecycle.enqueue("email.send", ["ops@acme.example"], queue="email", meta={"tenant_id": "acme"})
+    lifecycle.set_limits("acme", {"max_concurrency": 7})
     return {}
 
 
@@ -240,6 +241,13 @@ def test_the_official_admin_ui_against_django_ojs(browser, built_ui, live_server
     # The Pools page lists the pool from GET /ojs/v1/admin/pools (its "pools" key).
     browser.get(base + "pools")
     browser.find_element(By.XPATH, "//td[normalize-space()='mail-workers']")
+    # The sidebar links them (the manifest's capabilities), and the Tenants page lists
+    # the tenant, and its cap, from GET /ojs/v1/admin/tenants.
+    browser.find_element(By.XPATH, "//aside//a[contains(normalize-space(), 'Worker Pools')]")
+    browser.find_element(By.XPATH, "//aside//a[contains(normalize-space(), 'Tenants')]")
+    browser.get(base + "tenants")
+    row = "//tr[td[1]/div[normalize-space()='acme']]"
+    browser.find_element(By.XPATH, f"{row}/td[normalize-space()='7']")
 
     # The UI's own files and the shim came from /ojs/admin/, with the right types.
     assets = [r for r in traffic.responses if r[2].startswith("/ojs/admin/")]

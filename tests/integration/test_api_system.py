@@ -32,6 +32,8 @@ def test_manifest__union_of_the_binding_and_conformance_fields():
     assert body["protocols"] == ["http"] and body["backend"].startswith("django-orm:")
     assert body["capabilities"]["dead_letter"] is True
     assert body["capabilities"]["workflows"] is True
+    # The official admin UI's names for its Pools and Tenants pages.
+    assert body["capabilities"]["fair_scheduling"] is body["capabilities"]["multi_tenancy"] is True
     assert body["extensions"]["authentication"] == {"schemes": ["bearer"], "required": True}
     # Conformance §4.2.1: each official extension as {name, uri, version}.
     official = body["extensions"]["official"]

@@ -228,7 +228,7 @@ def test_limits_show_what_the_tenant_uses_of_them(browser, tenants_with_jobs):
     }
     api = client("admin")
     listed = api.get("/admin/tenants?limit=1").body["items"][0]
-    assert listed["limits"] == acme.limits
+    assert listed["limits"] == {**acme.limits, "max_concurrent_jobs": 20}  # + the UI's name
     assert api.get("/admin/tenants/acme/stats").body["limits"] == acme.limits
     page = browser.get(reverse("admin:ojs_tenant_changelist"))
     row = next(r for r in page.context["rows"] if r["tenant"] == "acme")
@@ -260,3 +260,28 @@ def test_the_page_turns_jit_off_for_its_statements_only():
         cursor.execute("SHOW jit")
         assert cursor.fetchone()[0] == "on"
     assert acme.jobs["available"] == 1
+
+
+def test_the_official_admin_uis_numbered_pages_and_fields():
+    for tenant in ("t1", "t2", "t3"):
+        django_ojs.enqueue("t.run", [], meta={"tenant_id": tenant})
+    lifecycle.set_limits("t2", {"max_concurrency": 4})
+    api = client("admin")
+    first = api.get("/admin/tenants?page=1&per_page=2").body
+    assert first["pagination"] == {"page": 1, "per_page": 2, "total": 3}
+    assert [t["id"] for t in first["items"]] == ["t1", "t2"]
+    t2 = first["items"][1]
+    assert t2["name"] == "t2" and t2["state"] == "active"
+    assert t2["limits"]["max_concurrent_jobs"] == 4
+    assert t2["limits"]["max_concurrency"] == {"limit": 4, "current": 0}
+    assert t2["stats"] == {"queues": 1, "jobs": t2["jobs"], "workers": 0}
+    assert t2["stats"]["jobs"]["available"] == 1 and t2["created_at"] is not None
+    assert first["items"][0]["created_at"] is None  # no configuration
+    lifecycle.fetch(["default"], worker_id="w-1", tenants=["t1"])
+    t1 = api.get("/admin/tenants?page=1&per_page=1").body["items"][0]
+    assert t1["stats"]["workers"] == 1 and t1["stats"]["queues"] == 0
+    second = api.get("/admin/tenants?page=2&per_page=2").body
+    assert [t["id"] for t in second["items"]] == ["t3"]
+    assert api.get("/admin/tenants?page=9&per_page=2").body["items"] == []
+    for bad in ("page=0", "per_page=x", "per_page=501"):
+        assert api.get(f"/admin/tenants?{bad}").status_code == 400

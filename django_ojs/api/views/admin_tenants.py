@@ -98,8 +98,38 @@ def summary(item: lifecycle.TenantSummary, now: datetime) -> dict[str, Any]:
         "total_jobs": item.total,
         "active": item.jobs["active"],
         **oldest(item.oldest_available, now),
-        "limits": item.limits,
+        "limits": {**item.limits, **_ui_limits(item.limits)},
+        # The official OJS admin UI's Tenant (its types.ts), beside the spec's fields.
+        "id": item.tenant_id,
+        "name": item.tenant_id,
+        "state": "active",
+        "created_at": None
+        if item.created_at is None
+        else envelope.format_timestamp(item.created_at),
+        "stats": {"queues": item.queues_waiting, "jobs": item.jobs, "workers": item.workers},
+        "queues_waiting": item.queues_waiting,
+        "workers": item.workers,
     }
+
+
+def _ui_limits(limits: dict[str, Any]) -> dict[str, Any]:
+    """The admin UI's name of ``max_concurrency`` (``max_concurrent_jobs``), when set."""
+    found = limits.get("max_concurrency")
+    return {"max_concurrent_jobs": found["limit"]} if isinstance(found, dict) else {}
+
+
+#: Most tenants counted for the ``total`` of a numbered page (``?page=``).
+MAX_TOTAL = 10_000
+
+
+def _number(params: Any, name: str, default: int, top: int) -> int:
+    try:
+        value = int(params.get(name) or default)
+    except ValueError:
+        raise ValidationError(f"{name} must be a whole number", field=name) from None
+    if not 1 <= value <= top:
+        raise ValidationError(f"{name} must be between 1 and {top}", field=name)
+    return value
 
 
 class TenantsView(TenantView):
@@ -111,15 +141,12 @@ class TenantsView(TenantView):
 
     def get(self, request: Any) -> Response:
         params = request.query_params
+        if "page" in params or "per_page" in params:
+            return self.numbered(request)
         after = params.get("after") or ""
         if after:
             validate_tenant(after, field="after")
-        try:
-            limit = int(params.get("limit") or 100)
-        except ValueError:
-            raise ValidationError("limit must be a whole number", field="limit") from None
-        if not 1 <= limit <= MAX_PAGE:
-            raise ValidationError(f"limit must be between 1 and {MAX_PAGE}", field="limit")
+        limit = _number(params, "limit", 100, MAX_PAGE)
         summaries, cursor = lifecycle.tenant_page(
             after=after, limit=limit, tenants=self.tenant_scope(request),
             using=self.reading(request),
@@ -127,6 +154,32 @@ class TenantsView(TenantView):
         now = timezone.now()
         items = [summary(s, now) for s in summaries]
         return Response({"items": items, "pagination": {"next_after": cursor}})
+
+    def numbered(self, request: Any) -> Response:
+        """``?page=&per_page=``, as the official admin UI asks: the tenants of that page
+        and ``pagination: {page, per_page, total}`` (its ``total`` counts up to
+        :data:`MAX_TOTAL` tenants, one index probe each)."""
+        params = request.query_params
+        page = _number(params, "page", 1, MAX_TOTAL)
+        per_page = _number(params, "per_page", 50, MAX_PAGE)
+        scope, using = self.tenant_scope(request), self.reading(request)
+        known = lifecycle.tenant_ids(limit=MAX_TOTAL, using=using)
+        if scope is not None:
+            known = [t for t in known if t in set(scope)]
+        shown = known[(page - 1) * per_page : page * per_page]
+        before = known[(page - 1) * per_page - 1] if page > 1 and shown else ""
+        summaries = (
+            lifecycle.tenant_page(after=before, limit=per_page, tenants=shown, using=using)[0]
+            if shown
+            else []
+        )
+        now = timezone.now()
+        return Response(
+            {
+                "items": [summary(s, now) for s in summaries],
+                "pagination": {"page": page, "per_page": per_page, "total": len(known)},
+            }
+        )
 
 
 class TenantDetailView(TenantView):

@@ -36,6 +36,7 @@ OFFICIAL_EXTENSIONS = (
     ("dead-letter", "1.0.0-rc.1"),
     ("fair-scheduling", "1.0.0-rc.1"),
     ("middleware", "1.0.0-rc.1"),
+    ("multi-tenancy", "1.0.0-rc.1"),
     ("progress", "1.0.0-rc.1"),
     ("rate-limiting", "1.0.0-rc.1"),
     ("results", "1.0.0-rc.1"),
@@ -82,6 +83,9 @@ class ManifestView(OJSView):
                     "heartbeats": True,
                     "events": True,
                     "webhooks": True,
+                    # The official admin UI shows its Pools and Tenants pages for these.
+                    "fair_scheduling": True,
+                    "multi_tenancy": True,
                 },
                 "extensions": {
                     # Conformance §4.2.1's structured form: {name, uri, version} each.
