@@ -186,6 +186,12 @@ def check_settings(
             RetryPolicy.from_wire(policy)
         except ValidationError as exc:
             out.append(Error(f"OJS_RETRY_POLICY is invalid: {exc.message}", id="ojs.E005"))
+    for name in ("OJS_METRICS_MAX_TYPES", "OJS_METRICS_MAX_TENANTS"):
+        value = getattr(django_settings, name, None)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            out.append(Error(f"{name} must be a non-negative integer.", id="ojs.E019"))
     for name in ("OJS_TENANT_REQUIRED", "OJS_TENANT_FAIRNESS"):
         value = getattr(django_settings, name, None)
         if value is not None and not isinstance(value, bool):

@@ -445,6 +445,12 @@ class Settings:
         return int(self._get("OJS_METRICS_MAX_TYPES", 100))
 
     @property
+    def METRICS_MAX_TENANTS(self) -> int:
+        """Distinct ``tenant_id`` label values per metric family (multi-tenancy §15.4);
+        the others are counted as ``_other``."""
+        return int(self._get("OJS_METRICS_MAX_TENANTS", 1000))
+
+    @property
     def ENQUEUE_MIDDLEWARE(self) -> list[Any]:
         """Enqueue middleware (dotted paths or objects), in order (middleware §3)."""
         return list(self._get("OJS_ENQUEUE_MIDDLEWARE", DEFAULT_ENQUEUE_MIDDLEWARE))

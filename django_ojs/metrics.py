@@ -13,14 +13,22 @@ Two kinds, because a job system runs in several processes:
 Label sets are bounded: ``queue`` (the operator's queues) and ``job_type``, of which at
 most ``OJS_METRICS_MAX_TYPES`` (100) distinct values are kept per process; the others are
 counted as ``other``.
+
+Tenants (multi-tenancy §11.2) have families of their own, ``ojs_tenant_*`` with a
+``tenant_id`` label, so that the families above keep their labels and a site without
+tenants sees no new series: only jobs with a tenant are counted in them. At most
+``OJS_METRICS_MAX_TENANTS`` (1,000, §15.4) tenants per family are named; the others are
+summed as ``_other`` (the gauges keep the largest, the counters the first seen). Their
+store gauges read a bounded amount however many jobs wait: see :data:`TENANT_EXACT_ROWS`.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, Min
@@ -30,6 +38,7 @@ from django_ojs import states
 from django_ojs.conf import settings
 from django_ojs.envelope import JobSpec, parse_timestamp
 from django_ojs.exceptions import OJSError
+from django_ojs.tenancy import tenant_of
 
 try:
     import prometheus_client
@@ -38,6 +47,19 @@ try:
 except ImportError:  # pragma: no cover - the extra is not installed
     prometheus_client = None  # type: ignore[assignment]
     Collector = object  # type: ignore[assignment,misc]
+
+#: The ``tenant_id`` of the tenants beyond ``OJS_METRICS_MAX_TENANTS`` (multi-tenancy
+#: §15.4; no tenant id starts with ``_``, so it names no tenant).
+OTHER_TENANT = "_other"
+#: The per-tenant depth gauge counts up to this many available jobs of tenants exactly
+#: (through the partial index of their claims); above, it estimates from a sample of
+#: about as many rows' worth of the table (PostgreSQL's TABLESAMPLE, the driver's
+#: ``group_counts``), and ``ojs_tenant_metrics_estimated`` says 1.
+TENANT_EXACT_ROWS = 50_000
+#: The recent dispatches ``ojs_tenant_fairness_share`` and ``ojs_scheduling_dispatch_ratio``
+#: read: the last (at most) RECENT_SAMPLE ``job.started`` events of the last RECENT_WINDOW.
+RECENT_WINDOW = timedelta(minutes=1)
+RECENT_SAMPLE = 1000
 
 #: Seconds: what a job system's jobs take, from a no-op to a long report.
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
@@ -125,6 +147,103 @@ class StoreCollector(Collector):
         for state, n in Worker.objects.using(using).values_list("state").annotate(n=Count("id")):
             workers.add_metric([state], n)
         yield workers
+        recent = self.recent_starts(using, now)
+        yield from self.tenant_gauges(using, recent)
+
+    @staticmethod
+    def recent_starts(using: str, now: datetime) -> list[tuple[str, str]]:
+        """(queue, tenant) of the last :data:`RECENT_SAMPLE` dispatches of the last
+        :data:`RECENT_WINDOW` (``job.started`` events: stored while ``OJS_STORE_EVENTS`` is
+        on), newest first; ``""`` for a job without a tenant. Two indexed reads."""
+        from django_ojs.models import Event, Job
+
+        started = list(
+            Event.objects.using(using)
+            .filter(type="job.started", time__gte=now - RECENT_WINDOW)
+            .order_by("-time")
+            .values_list("queue", "job_id")[:RECENT_SAMPLE]
+        )
+        ids = {job_id for _, job_id in started if job_id is not None}
+        tenants: dict[Any, str] = {}
+        if ids:
+            tenants = dict(
+                Job.objects.using(using)
+                .filter(id__in=list(ids))
+                .exclude(tenant="")
+                .values_list("id", "tenant")
+            )
+        return [(queue, tenants.get(job_id, "")) for queue, job_id in started]
+
+    @staticmethod
+    def tenant_gauges(using: str, recent: list[tuple[str, str]]) -> Iterator[Any]:
+        """Multi-tenancy §11.2's gauges: jobs of tenants only, at most
+        ``OJS_METRICS_MAX_TENANTS`` tenants each (the rest as ``_other``)."""
+        from django_ojs.drivers import get_driver
+        from django_ojs.models import Job
+
+        limit = settings.METRICS_MAX_TENANTS
+        tenanted = Job.objects.using(using).exclude(tenant="")
+        active = GaugeMetricFamily(
+            "ojs_tenant_jobs_active", "Active jobs per tenant and queue (jobs with a tenant).",
+            labels=["tenant_id", "queue"],
+        )  # fmt: skip
+        rows = tenanted.filter(state=states.JobState.ACTIVE).values_list("tenant", "queue")
+        counted = rows.annotate(n=Count("id")).order_by()
+        for (tenant, queue), n in top_tenants(list(counted), limit).items():
+            active.add_metric([tenant, queue], n)
+        yield active
+        depth = GaugeMetricFamily(
+            "ojs_tenant_queue_depth",
+            "Available jobs per tenant and queue (jobs with a tenant; estimated above "
+            f"{TENANT_EXACT_ROWS} of them, see ojs_tenant_metrics_estimated).",
+            labels=["tenant_id", "queue"],
+        )
+        available = tenanted.filter(state=states.JobState.AVAILABLE)
+        found, estimated = get_driver(using).group_counts(
+            available, ["tenant", "queue"], TENANT_EXACT_ROWS
+        )
+        for (tenant, queue), n in top_tenants(found, limit).items():
+            depth.add_metric([tenant, queue], n)
+        yield depth
+        flag = GaugeMetricFamily(
+            "ojs_tenant_metrics_estimated",
+            "1 when ojs_tenant_queue_depth was estimated from a sample of the job table.",
+        )
+        flag.add_metric([], 1 if estimated else 0)
+        yield flag
+        share = GaugeMetricFamily(
+            "ojs_tenant_fairness_share",
+            "Each tenant's share (0-1) of the recent dispatches of jobs with a tenant "
+            f"(the last {RECENT_SAMPLE} job.started events of the last "
+            f"{int(RECENT_WINDOW.total_seconds())} seconds).",
+            labels=["tenant_id"],
+        )
+        mine = [(tenant, "", 1) for _, tenant in recent if tenant]
+        if mine:
+            for (tenant, _), n in top_tenants(mine, limit).items():
+                share.add_metric([tenant], n / len(mine))
+        yield share
+
+
+def top_tenants(rows: list[tuple[Any, ...]], limit: int) -> dict[tuple[str, str], float]:
+    """``(tenant, queue, n)`` rows as ``{(tenant_id, queue): n}`` with at most ``limit``
+    tenants named: those with the most, ties by name; the others summed as ``_other``."""
+    totals: dict[str, float] = {}
+    for tenant, _, n in rows:
+        totals[tenant] = totals.get(tenant, 0) + n
+    if len(totals) <= limit:
+        kept = set(totals)
+    else:
+        kept = {t for t, _ in heapq.nsmallest(max(limit, 0), totals.items(), key=_most_first)}
+    out: dict[tuple[str, str], float] = {}
+    for tenant, queue, n in rows:
+        key = (tenant if tenant in kept else OTHER_TENANT, queue)
+        out[key] = out.get(key, 0) + n
+    return out
+
+
+def _most_first(item: tuple[str, float]) -> tuple[float, str]:
+    return -item[1], item[0]
 
 
 class _Process:
@@ -149,8 +268,32 @@ class _Process:
             "ojs_job_wait_seconds", "Time from enqueue (or schedule) to the attempt's start.",
             ["queue"], buckets=DURATION_BUCKETS, registry=registry,
         )  # fmt: skip
+        tenant_labels = ["tenant_id", "queue"]
+        self.tenant_enqueued = prometheus_client.Counter(
+            "ojs_tenant_jobs_enqueued", "Jobs with a tenant enqueued by this process.",
+            tenant_labels, registry=registry,
+        )  # fmt: skip
+        self.tenant_processed = prometheus_client.Counter(
+            "ojs_tenant_jobs_processed", "Attempts of jobs with a tenant that completed.",
+            tenant_labels, registry=registry,
+        )  # fmt: skip
+        self.tenant_failed = prometheus_client.Counter(
+            "ojs_tenant_jobs_failed", "Attempts of jobs with a tenant that failed (raised).",
+            tenant_labels, registry=registry,
+        )  # fmt: skip
         self._types: set[str] = set()
+        self._tenants: set[str] = set()
         self._lock = threading.Lock()
+
+    def tenant_label(self, tenant: str) -> str:
+        """``tenant``, or ``_other`` once ``OJS_METRICS_MAX_TENANTS`` others were seen."""
+        if tenant in self._tenants:
+            return tenant
+        with self._lock:
+            if len(self._tenants) < settings.METRICS_MAX_TENANTS:
+                self._tenants.add(tenant)
+                return tenant
+        return OTHER_TENANT
 
     def type_label(self, job_type: str) -> str:
         if job_type in self._types:
@@ -221,6 +364,11 @@ class MetricsMiddleware:
         out = next(job)
         if out is not None:
             self.metrics.enqueued.labels(out.queue, self.metrics.type_label(out.type)).inc()
+            tenant = tenant_of(out.meta)
+            if tenant:
+                self.metrics.tenant_enqueued.labels(
+                    self.metrics.tenant_label(tenant), out.queue
+                ).inc()
         return out  # type: ignore[no-any-return]
 
     def execute(self, job: Mapping[str, Any], ctx: Any, next: Any) -> Any:
@@ -231,15 +379,21 @@ class MetricsMiddleware:
             self.metrics.wait.labels(queue).observe(
                 max(0.0, (timezone.now() - ready).total_seconds())
             )
+        tenant = tenant_of(job.get("meta"))
+        mine = (self.metrics.tenant_label(tenant), queue) if tenant else None
         began = time.perf_counter()
         try:
             result = next()
         except BaseException:
             self.metrics.failed.labels(*labels).inc()
+            if mine:
+                self.metrics.tenant_failed.labels(*mine).inc()
             raise
         finally:
             self.metrics.duration.labels(*labels).observe(time.perf_counter() - began)
         self.metrics.completed.labels(*labels).inc()
+        if mine:
+            self.metrics.tenant_processed.labels(*mine).inc()
         return result
 
 

@@ -533,6 +533,15 @@ class Driver(ABC):
         estimate above ``exact_limit`` rows rather than count a million of them."""
         return rows.count(), False
 
+    def group_counts(
+        self, rows: QuerySet[Any], keys: Sequence[str], exact_limit: int
+    ) -> tuple[list[tuple[Any, ...]], bool]:
+        """``([(*key values, n), ...], estimated)``: ``rows`` counted per ``keys``. Here
+        always exact; a driver may estimate from a sample of about ``exact_limit`` rows
+        rather than read a million of them (the metrics' per-tenant gauges)."""
+        counted = rows.order_by().values_list(*keys).annotate(n=Count("pk")).order_by()
+        return [tuple(r) for r in counted], False
+
     def api_key(self, prefix: str) -> ApiKey | None:
         """The API key row with ``prefix``, loaded as the ORM loads it, without compiling a
         query: one fixed statement, then each field's converters, as the ORM applies them.
