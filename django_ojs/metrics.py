@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -149,6 +149,36 @@ class StoreCollector(Collector):
         yield workers
         recent = self.recent_starts(using, now)
         yield from self.tenant_gauges(using, recent)
+        yield from self.scheduling_gauges(using, recent)
+
+    @staticmethod
+    def scheduling_gauges(using: str, recent: list[tuple[str, str]]) -> Iterator[Any]:
+        """Fair scheduling §11.2's gauges: each queue's share of the recent dispatches,
+        and each worker pool's active jobs over its capacity."""
+        from django_ojs import lifecycle
+
+        ratio = GaugeMetricFamily(
+            "ojs_scheduling_dispatch_ratio",
+            f"Each queue's share (0-1) of the recent dispatches (the last {RECENT_SAMPLE} "
+            f"job.started events of the last {int(RECENT_WINDOW.total_seconds())} seconds).",
+            labels=["queue"],
+        )
+        counts: dict[str, int] = {}
+        for queue, _ in recent:
+            counts[queue] = counts.get(queue, 0) + 1
+        for queue, n in sorted(counts.items()):
+            ratio.add_metric([queue], n / len(recent))
+        yield ratio
+        utilization = GaugeMetricFamily(
+            "ojs_scheduling_pool_utilization",
+            "A worker pool's active jobs over its capacity: its concurrency limit, else the "
+            "sum of its live workers' concurrency (no sample when it has neither).",
+            labels=["pool"],
+        )
+        for name, active, capacity in lifecycle.pool_loads(using=using):
+            if capacity:
+                utilization.add_metric([name], active / capacity)
+        yield utilization
 
     @staticmethod
     def recent_starts(using: str, now: datetime) -> list[tuple[str, str]]:
@@ -281,6 +311,16 @@ class _Process:
             "ojs_tenant_jobs_failed", "Attempts of jobs with a tenant that failed (raised).",
             tenant_labels, registry=registry,
         )  # fmt: skip
+        self.dispatch = prometheus_client.Counter(
+            "ojs_scheduling_dispatch", "Jobs this process's fetches claimed (fair scheduling "
+            "§11.2), by queue and worker pool (empty: a worker in no pool).",
+            ["queue", "pool"], registry=registry,
+        )  # fmt: skip
+        self.starvation = prometheus_client.Counter(
+            "ojs_scheduling_starvation_events", "Times this process's pool fetches served a "
+            "queue starved for a rotation interval (scheduling.queue_starved).",
+            ["queue"], registry=registry,
+        )  # fmt: skip
         self._types: set[str] = set()
         self._tenants: set[str] = set()
         self._lock = threading.Lock()
@@ -322,6 +362,28 @@ def registry() -> Any:
             prometheus_client.REGISTRY.register(StoreCollector())
             _store_registered = True
     return prometheus_client.REGISTRY
+
+
+def dispatched(jobs: Sequence[Any], pool: str, queues: Sequence[str]) -> None:
+    """Count claimed ``jobs`` in ``ojs_scheduling_dispatch_total`` (fair scheduling
+    §11.2), in a process that serves metrics (nothing otherwise: not a cost on the claim
+    path of a site without them). ``queues``: the fetch's, for jobs loaded without theirs."""
+    proc = _process
+    if proc is None:
+        return
+    only = queues[0] if len(queues) == 1 else ""
+    counts: dict[str, int] = {}
+    for job in jobs:
+        queue = job.__dict__.get("queue") or only  # never load a deferred field
+        counts[queue] = counts.get(queue, 0) + 1
+    for queue, n in counts.items():
+        proc.dispatch.labels(queue, pool).inc(n)
+
+
+def starved(queue: str) -> None:
+    """Count a ``scheduling.queue_starved`` in ``ojs_scheduling_starvation_events_total``."""
+    if _process is not None:
+        _process.starvation.labels(queue).inc()
 
 
 def process() -> _Process:

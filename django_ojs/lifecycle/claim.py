@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from django_ojs import ratelimit
+from django_ojs import metrics, ratelimit
 from django_ojs.conf import settings
 from django_ojs.drivers import Listener, Written, get_driver
 from django_ojs.lifecycle import events, tenantlimits
@@ -103,8 +103,11 @@ class Fetch:
         register: bool = True,
         using: str | None = None,
         tenants: Sequence[str] | None = None,
+        pool: str | None = None,
     ):
         self.using = db(using)
+        #: The worker pool this fetch is made for (``PoolFetch``), or ``None``.
+        self.pool = pool
         self.tenants = None if tenants is None else validate_tenants(list(tenants))
         # Keep the order, drop repeats.
         self.queues = list(dict.fromkeys(validate_queues(queues)))
@@ -117,7 +120,15 @@ class Fetch:
         self.driver = get_driver(self.using)
 
     def __call__(self, count: int) -> list[Job]:
-        using, driver, order, worker_id = self.using, self.driver, self.queues, self.worker_id
+        jobs = self.take(self.queues, count)
+        if jobs:
+            # Fair scheduling §11.2 ``dispatch_total``, when this process serves metrics.
+            metrics.dispatched(jobs, self.pool or "", self.queues)
+        return jobs
+
+    def take(self, order: list[str], count: int) -> list[Job]:
+        """Claim up to ``count`` jobs of the queues ``order``, in that order."""
+        using, driver, worker_id = self.using, self.driver, self.worker_id
         # Admin API §12.1: maintenance mode pauses every queue (FETCH returns empty). A
         # per-process cached read (OJS_MAINTENANCE_CACHE_SECONDS), not a statement per claim.
         if in_maintenance(using=using):

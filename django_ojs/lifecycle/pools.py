@@ -19,10 +19,10 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Sum
 from django.utils import timezone
 
-from django_ojs import scheduling
+from django_ojs import metrics, scheduling
 from django_ojs.actors import Actor
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import PoolNotFound, ValidationError
@@ -249,6 +249,7 @@ class PoolFetch:
             found = self.fetches[queue] = Fetch(
                 [queue], worker_id=self.worker_id, visibility_timeout=self.visibility_timeout,
                 fields=self.fields, register=False, using=self.using, tenants=self.tenants,
+                pool=self.name,
             )  # fmt: skip
         return found
 
@@ -271,8 +272,35 @@ class PoolFetch:
         with transaction.atomic(using=using):
             # A pool-wide limit counts its members' active jobs: its fetches take turns.
             get_driver(using).lock_keys([POOL_LOCK_PREFIX + pool.name])
-            room = pool.concurrency - pool_active_jobs(pool.name, using)
+            active = pool_active_jobs(pool.name, using)
+            room = pool.concurrency - active
+            self._report_load(pool, active, full=room <= 0)
             return self._claim(scheduler, min(count, room)) if room > 0 else []
+
+    def _report_load(self, pool: WorkerPool, active: int, *, full: bool) -> None:
+        """§11.1 ``scheduling.pool_overloaded`` when every slot of the pool's limit is taken
+        while its queues have jobs waiting: once per change (the pool's
+        ``overloaded_since``, set and cleared under the pool's lock), not once per fetch.
+        Costs a statement only when the state, as last read, changes."""
+        using = self.using
+        rows = WorkerPool.objects.using(using).filter(name=pool.name)
+        if not full:
+            if pool.overloaded_since is not None:
+                rows.filter(overloaded_since__isnull=False).update(overloaded_since=None)
+                pool.overloaded_since = None
+            return
+        if pool.overloaded_since is not None:
+            return
+        waiting = sum(available_by_queue(pool.queues, using).values())
+        if not waiting:
+            return  # full, but holding nothing back
+        now = timezone.now()
+        if rows.filter(overloaded_since__isnull=True).update(overloaded_since=now):
+            events.emit_other(
+                "scheduling.pool_overloaded", pool.name, using, pool=pool.name,
+                active_jobs=active, waiting_jobs=waiting, concurrency=pool.concurrency,
+            )  # fmt: skip
+        pool.overloaded_since = now  # this process's copy, until the row is read again
 
     def _join(self) -> None:
         """Record the worker's membership (and sign of life) at most once a
@@ -310,6 +338,7 @@ class PoolFetch:
             for queue, seconds in scheduler.take_starved(served).items():
                 # §11.1: a queue that got no dispatch for more than the rotation interval.
                 waiting = available_by_queue([queue], self.using).get(queue, 0)
+                metrics.starved(queue)
                 events.emit_other(
                     "scheduling.queue_starved", queue, self.using, queue=queue,
                     pool=self.name, duration=scheduling.iso_seconds(round(seconds, 3)),
@@ -448,6 +477,40 @@ def pool_summaries(using: str | None = None) -> list[dict[str, Any]]:
          "active_jobs": pool_active_jobs(p.name, using)}
         for p in pools
     ]  # fmt: skip
+
+
+def pool_loads(using: str | None = None) -> list[tuple[str, int, int | None]]:
+    """Every pool's name, its members' active jobs and its capacity (§11.2
+    ``pool_utilization``): its concurrency limit, else the sum of the concurrency of its
+    live workers (heartbeat within ``OJS_WORKER_STALE_AFTER``), else ``None``. Three
+    statements, whatever the number of pools."""
+    using = db(using)
+    pools = list(
+        WorkerPool.objects.using(using).order_by("name").values_list("name", "concurrency")
+    )
+    if not pools:
+        return []
+    members = Worker.objects.using(using).filter(pool__in=[name for name, _ in pools])
+    pool_of = dict(members.values_list("id", "pool"))
+    fresh = stale_before(timezone.now())
+    slots = dict(
+        members.filter(last_heartbeat_at__gte=fresh)
+        .values_list("pool")
+        .annotate(n=Sum("concurrency"))
+        .order_by()
+    )
+    active: dict[str, int] = {}
+    if pool_of:
+        for worker_id, n in (
+            Job.objects.using(using)
+            .filter(state=JobState.ACTIVE, worker_id__in=list(pool_of))
+            .values_list("worker_id")
+            .annotate(n=Count("id"))
+            .order_by()
+        ):
+            name = pool_of[worker_id]
+            active[name] = active.get(name, 0) + n
+    return [(name, active.get(name, 0), limit or slots.get(name) or None) for name, limit in pools]
 
 
 #: The window of the scheduling statistics (§10.2).

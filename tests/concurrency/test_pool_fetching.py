@@ -81,3 +81,23 @@ def test_concurrent_saves_of_a_new_pool_create_it_once():
     run_threads(threads, save)
     assert created.count(True) == 1
     assert WorkerPool.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_full_pool_reports_its_overload_once_across_concurrent_fetches():
+    """§11.1 scheduling.pool_overloaded: many fetches of a full pool at once, one event."""
+    from django_ojs.models import Event
+
+    threads = 8 if connection.vendor == "postgresql" else 4
+    django_ojs.enqueue_many([{"type": "t", "args": [i], "queue": "a"} for i in range(20)])
+    lifecycle.save_pool("small", ["a"], concurrency=2)
+    assert len(lifecycle.PoolFetch("small", worker_id="w-first")(2)) == 2
+
+    def worker(index):
+        for _ in range(3):
+            assert lifecycle.PoolFetch("small", worker_id=f"w{index}")(1) == []
+
+    run_threads(threads, worker)
+    (event,) = Event.objects.filter(type="scheduling.pool_overloaded")
+    assert event.data["waiting_jobs"] == 18
+    assert WorkerPool.objects.get(name="small").overloaded_since is not None
