@@ -73,6 +73,9 @@ def _forget_maintenance() -> None:
     """Each test starts with no maintenance switch (and no tenants' limits) cached from an
     earlier one (whose rows were rolled back or truncated with that test's database)."""
     from django_ojs import lifecycle
+    from django_ojs.lifecycle import isolation
 
     lifecycle.forget_maintenance()
     lifecycle.forget_tenant_limits()
+    # Nor the isolated pools' queues (fair scheduling §6.3) an earlier test's pools had.
+    isolation.forget()

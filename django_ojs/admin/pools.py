@@ -35,9 +35,13 @@ class WorkerPoolForm(forms.ModelForm):  # type: ignore[type-arg]  # not subscrip
 
     class Meta:
         model = WorkerPool
-        fields = ("name", "queues", "strategy", "weights", "concurrency", "starvation_enabled",
-                  "rotation_interval", "min_dispatch_ratio")  # fmt: skip
-        labels = {"starvation_enabled": "Starvation prevention"}
+        fields = ("name", "queues", "strategy", "weights", "concurrency", "isolated",
+                  "starvation_enabled", "rotation_interval", "min_dispatch_ratio")  # fmt: skip
+        labels = {"starvation_enabled": "Starvation prevention", "isolated": "Isolated"}
+        help_texts = {
+            "isolated": "Only this pool's workers take jobs from its queues (fair scheduling "
+            "§6.3): a worker outside the pool gets none of them."
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -73,14 +77,17 @@ class WorkerPoolForm(forms.ModelForm):  # type: ignore[type-arg]  # not subscrip
 class WorkerPoolAdmin(ReadOnlyAdmin[WorkerPool]):
     form = WorkerPoolForm
     list_display = ("name", "queue_list", "strategy", "weight_list", "concurrency",
-                    "starvation_enabled", "members")  # fmt: skip
-    list_filter = ("strategy", "starvation_enabled")
+                    "isolated", "starvation_enabled", "members")  # fmt: skip
+    list_filter = ("strategy", "isolated", "starvation_enabled")
     search_fields = ("name",)
     readonly_fields = ("created_at", "updated_at", "members")
 
     def get_fieldsets(self, request: HttpRequest, obj: WorkerPool | None = None) -> Any:
         sets: list[Any] = [
-            (None, {"fields": ("name", "queues", "strategy", "weights", "concurrency")}),
+            (
+                None,
+                {"fields": ("name", "queues", "strategy", "weights", "concurrency", "isolated")},
+            ),
             (
                 "Starvation prevention",
                 {"fields": ("starvation_enabled", "rotation_interval", "min_dispatch_ratio")},
@@ -107,6 +114,7 @@ class WorkerPoolAdmin(ReadOnlyAdmin[WorkerPool]):
         saved, _ = lifecycle.save_pool(
             obj.name, data["queues"], strategy=data.get("strategy"),
             weights=data.get("weights") or None, concurrency=data.get("concurrency"),
+            isolated=bool(data.get("isolated")),
             starvation={
                 "enabled": bool(data.get("starvation_enabled")),
                 "rotation_interval": data.get("rotation_interval") or 30.0,

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django_ojs import metrics, ratelimit
 from django_ojs.conf import settings
 from django_ojs.drivers import Listener, Written, get_driver
-from django_ojs.lifecycle import events, tenantlimits
+from django_ojs.lifecycle import events, isolation, tenantlimits
 from django_ojs.lifecycle.maintenance import promote_due
 from django_ojs.lifecycle.store import db
 from django_ojs.lifecycle.system import in_maintenance
@@ -120,7 +120,15 @@ class Fetch:
         self.driver = get_driver(self.using)
 
     def __call__(self, count: int) -> list[Job]:
-        jobs = self.take(self.queues, count)
+        order = self.queues
+        # Fair scheduling §6.3: an isolated pool's queues go to its own workers only (a
+        # per-process copy of the isolated pools, read at most once a second).
+        owners = isolation.isolated_queues(self.using)
+        if owners:
+            order = isolation.allowed(order, self.pool, self.using)
+            if not order:
+                return []
+        jobs = self.take(order, count)
         if jobs:
             # Fair scheduling §11.2 ``dispatch_total``, when this process serves metrics.
             metrics.dispatched(jobs, self.pool or "", self.queues)
@@ -172,7 +180,7 @@ class Fetch:
         # their active jobs (cached per process; {} when none has one).
         caps = tenantlimits.concurrency_limits(using)
         if caps:
-            return self._capped(count, caps, how, touch)
+            return self._capped(order, count, caps, how, touch)
         if len(order) == 1:
             only = driver.claim_if_clear(order[0], count, register=order if touch else None, **how)
             touch = False  # done, whatever the claim found
@@ -221,7 +229,12 @@ class Fetch:
         return claimed
 
     def _capped(
-        self, count: int, caps: dict[str, int], how: dict[str, Any], touch: bool
+        self,
+        order: list[str],
+        count: int,
+        caps: dict[str, int],
+        how: dict[str, Any],
+        touch: bool,
     ) -> list[Job]:
         """A fetch while some tenants have a ``max_concurrency``: in claim order, each of
         those tenants' jobs only while it has room (``lifecycle.tenantlimits``). The
@@ -233,10 +246,10 @@ class Fetch:
         claimed: list[Job] = []
         written: list[events.EventRow] = []
         with transaction.atomic(using=using):
-            promote_due(now=now, queues=self.queues, wait=True, using=using)
+            promote_due(now=now, queues=order, wait=True, using=using)
             if touch and worker_id:
-                driver.touch_worker(worker_id, self.queues, now)
-            for queue in self.queues:
+                driver.touch_worker(worker_id, order, now)
+            for queue in order:
                 remaining = count - len(claimed)
                 if remaining <= 0:
                     break

@@ -26,7 +26,7 @@ from django_ojs import metrics, scheduling
 from django_ojs.actors import Actor
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import PoolNotFound, ValidationError
-from django_ojs.lifecycle import audit, events
+from django_ojs.lifecycle import audit, events, isolation
 from django_ojs.lifecycle.claim import Fetch
 from django_ojs.lifecycle.store import db
 from django_ojs.lifecycle.system import in_maintenance
@@ -70,14 +70,15 @@ def save_pool(
     weights: Any = None,
     concurrency: Any = None,
     starvation: Any = None,
+    isolated: Any = None,
     actor: Actor | None = None,
     using: str | None = None,
 ) -> tuple[WorkerPool, bool]:
     """Create or replace the pool ``name`` (§10.1 ``PUT``); returns it and whether it is new.
 
     ``queues`` is an array (with ``weights``, §6.1) or an object of queue → ``{weight}``;
-    ``starvation`` §8.1's ``starvation_prevention`` object. A field left out takes its
-    default. Emits ``scheduling.rebalanced`` (§11.1) when an existing pool's strategy or
+    ``starvation`` §8.1's ``starvation_prevention`` object; ``isolated`` (§6.3) keeps the
+    pool's queues to its own workers. A field left out takes its default. Emits ``scheduling.rebalanced`` (§11.1) when an existing pool's strategy or
     weights change.
     """
     using = db(using)
@@ -90,6 +91,10 @@ def save_pool(
     rules = scheduling.policy(queues, strategy=strategy, weights=weights, starvation=starvation)
     if concurrency is not None:
         concurrency = check_int(concurrency, "concurrency", minimum=1)
+    if isolated is None:
+        isolated = False
+    elif not isinstance(isolated, bool):
+        raise ValidationError("isolated must be true or false", field="isolated")
     now = timezone.now()
     fields = {
         "queues": list(rules.queues),
@@ -99,6 +104,7 @@ def save_pool(
         "starvation_enabled": rules.starvation.enabled,
         "rotation_interval": rules.starvation.rotation_interval,
         "min_dispatch_ratio": rules.starvation.min_dispatch_ratio,
+        "isolated": isolated,
         "updated_at": now,
     }
     with transaction.atomic(using=using):
@@ -169,6 +175,7 @@ _clock = time.monotonic
 def forget(name: str | None = None, using: str | None = None) -> None:
     """Drop this process's state of the pool ``name`` (every pool and every worker's own
     strategy: ``None``): its row is read again, and its scheduling starts afresh."""
+    isolation.forget(using)
     with _known_lock:
         for key in list(_known):
             if (name is None or key[1] == name) and (using is None or key[0] == using):

@@ -31,6 +31,8 @@ class WorkerPool(models.Model):
     starvation_enabled = models.BooleanField(default=False)
     rotation_interval = models.FloatField(default=30.0, help_text="Seconds.")
     min_dispatch_ratio = models.FloatField(default=0.05)
+    #: §6.3 pool isolation: the pool's queues are dispatched to its own workers only.
+    isolated = models.BooleanField(default=False)
     #: Since when every slot of the pool-wide ``concurrency`` has been taken while jobs
     #: waited (§11.1 ``scheduling.pool_overloaded`` was emitted then); NULL: not so.
     overloaded_since = models.DateTimeField(null=True, blank=True)

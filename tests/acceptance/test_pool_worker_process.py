@@ -60,3 +60,19 @@ def test_a_worker_whose_pool_is_deleted_waits_for_it(processes):
     lifecycle.save_pool("p", ["again"])
     wait_for(lambda: Job.objects.get(pk=job.pk).state == "completed", worker, timeout=120)
     assert worker.output().count("Worker pool 'p' not found") == 1
+
+
+def test_an_isolated_pools_queue_waits_for_a_worker_of_that_pool(processes):
+    """Fair scheduling §6.3: a worker outside the pool never takes the pool's queue, even
+    when it names it first; a worker of the pool does."""
+    lifecycle.save_pool("gpu-workers", ["gpu"], isolated=True)
+    gpu = django_ojs.enqueue("test.noop", queue="gpu")
+    plain = django_ojs.enqueue("test.noop", queue="default")
+    outsider = processes.worker("--queues", "gpu,default", "--concurrency", "2")
+    # Its fetches ask gpu first: had gpu been allowed, its job would have gone first.
+    wait_for(lambda: Job.objects.get(pk=plain.pk).state == "completed", outsider)
+    assert Job.objects.get(pk=gpu.pk).state == "available"
+    member = processes.worker("--pool", "gpu-workers", "--concurrency", "1")
+    wait_for(lambda: Job.objects.get(pk=gpu.pk).state == "completed", member, timeout=120)
+    row = Worker.objects.get(pool="gpu-workers")
+    assert Job.objects.get(pk=gpu.pk).worker_id == row.id

@@ -29,7 +29,9 @@ pytestmark = [pytest.mark.postgresql, pytest.mark.django_db]
 
 
 @pytest.fixture(autouse=True)
-def _maintenance_switch_known(_forget_maintenance: None, settings: Any) -> None:
+def _maintenance_switch_known(
+    _forget_maintenance: None, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Fetches read the maintenance switch once per OJS_MAINTENANCE_CACHE_SECONDS per
     process, not once each (tests/integration/test_maintenance.py): count a fetch's
     statements as a busy process makes them, with the switch already read. The same for
@@ -38,6 +40,12 @@ def _maintenance_switch_known(_forget_maintenance: None, settings: Any) -> None:
     settings.OJS_TENANT_LIMITS_CACHE_SECONDS = 3600
     assert lifecycle.in_maintenance() is False
     assert lifecycle.tenant_limits() == {}
+    # Likewise the isolated pools' queues (fair scheduling §6.3), read once a second.
+    from django_ojs.conf import settings as ojs_settings
+    from django_ojs.lifecycle import isolation
+
+    monkeypatch.setattr(isolation, "REFRESH_SECONDS", 3600.0)
+    assert isolation.isolated_queues(ojs_settings.DATABASE) == {}
 
 
 @pytest.fixture

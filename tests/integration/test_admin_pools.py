@@ -44,9 +44,10 @@ def test_add_validates_and_saves_through_the_lifecycle(admin_client):
     assert "not one of the queues" in refused.content.decode()
     refused = admin_client.post(ADD, form(queues="Bad Queue"))
     assert refused.status_code == 200 and not WorkerPool.objects.exists()
-    response = admin_client.post(ADD, form(starvation_enabled="on"), follow=True)
+    response = admin_client.post(ADD, form(starvation_enabled="on", isolated="on"), follow=True)
     assert response.status_code == 200
     pool = WorkerPool.objects.get()
+    assert pool.isolated is True
     assert (pool.queues, pool.strategy, pool.weights) == (
         ["default", "email"], "weighted", {"default": 3},
     )  # fmt: skip

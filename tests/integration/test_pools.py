@@ -313,7 +313,7 @@ def test_put_accepts_what_get_returned(api):
         ({"queues": ["a"], "weights": {"a": 0}}, "weights.a"),
         ({"queues": ["a"], "concurrency": -1}, "concurrency"),
         ({"queues": ["a"], "name": "other"}, "name"),
-        ({"queues": ["a"], "isolated": True}, "isolated"),
+        ({"queues": ["a"], "isolated": "yes"}, "isolated"),
         ({"queues": ["a"], "colour": "red"}, "colour"),
         ({"queues": ["a"], "starvation_prevention": {"min_dispatch_ratio": 2}},
          "starvation_prevention.min_dispatch_ratio"),

@@ -44,6 +44,7 @@ def pool_wire(
     if pool.strategy == scheduling.WEIGHTED:
         out["weights"] = {q: (pool.weights or {}).get(q, 1) for q in pool.queues}
     out["starvation_prevention"] = starvation.to_wire()
+    out["isolated"] = pool.isolated
     if active_workers is not None:
         out["active_workers"] = out["workers"] = active_workers
     if active_jobs is not None:
@@ -93,12 +94,6 @@ class PoolView(AdminView):
             raise InvalidRequest(
                 "name in the body must be the pool's name in the path", details={"field": "name"}
             )
-        if body.get("isolated"):
-            raise InvalidRequest(
-                "Pool isolation (fair scheduling §6.3) is not served: every worker that "
-                "names a queue may claim its jobs.",
-                details={"field": "isolated"},
-            )
         if "queues" not in body:
             raise InvalidRequest("queues is required", details={"field": "queues"})
         pool, created = lifecycle.save_pool(
@@ -108,6 +103,7 @@ class PoolView(AdminView):
             weights=body.get("weights"),
             concurrency=body.get("concurrency"),
             starvation=body.get("starvation_prevention"),
+            isolated=body.get("isolated"),
             actor=self.actor(request),
         )
         return Response({"pool": pool_wire(pool)}, status=201 if created else 200)
