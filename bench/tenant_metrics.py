@@ -67,6 +67,10 @@ def main() -> None:
         tenants.append((time.perf_counter() - began) * 1000)
     series = {f.name: len(f.samples) for f in families if f.name.startswith("ojs_tenant")}
     print(f"{args.jobs:,} jobs, {args.tenants:,} tenants: {series}")
+    depth = next(f for f in families if f.name == "ojs_tenant_queue_depth")
+    named = sorted(s.value for s in depth.samples if s.labels["tenant_id"] != "_other")
+    total = sum(s.value for s in depth.samples)
+    print(f"depth: {total:,.0f} in all; named tenants from {named[0]:.0f} to {named[-1]:.0f}")
     print(f"whole scrape p50 {pct(whole, 50):.0f} ms, max {max(whole):.0f} ms")
     print(f"tenant gauges p50 {pct(tenants, 50):.0f} ms, max {max(tenants):.0f} ms")
 

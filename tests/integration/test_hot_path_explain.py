@@ -384,3 +384,31 @@ def test_a_claim_behind_a_capped_tenants_backlog_reads_a_bounded_window_and_lock
         and "queue" in str(n.get("Index Cond"))
     ]
     assert reads and sum(n["Actual Rows"] * n["Actual Loops"] for n in reads) <= window + 1
+
+
+@pytest.mark.parametrize("exact_rows", [50_000, 5])
+def test_the_per_tenant_and_scheduling_gauges_use_indexes_or_a_sample(
+    layout, monkeypatch, exact_rows
+):
+    """The scrape's per-tenant gauges (multi-tenancy §11.2) count through indexes; above
+    TENANT_EXACT_ROWS they read a TABLESAMPLE (a Sample Scan, not a sequential one)."""
+    from django_ojs import metrics
+
+    monkeypatch.setattr(metrics, "TENANT_EXACT_ROWS", exact_rows)
+    django_ojs.enqueue_many(
+        [{"type": "hot.t", "args": [i], "meta": {"tenant_id": f"t{i % 4}"}} for i in range(40)]
+    )
+    lifecycle.save_pool("hot-pool", ["default"], concurrency=10)
+    lifecycle.PoolFetch("hot-pool", worker_id="w-pool")(3)
+    collector = metrics.StoreCollector()
+    with Statements() as captured:
+        recent = collector.recent_starts("default", timezone.now())
+        families = list(collector.tenant_gauges("default", recent))
+        families += list(collector.scheduling_gauges("default", recent))
+    by_name = {f.name: f for f in families}
+    assert sum(s.value for s in by_name["ojs_tenant_jobs_active"].samples) == 3
+    estimated = by_name["ojs_tenant_metrics_estimated"].samples[0].value
+    assert estimated == (1 if exact_rows == 5 else 0)
+    found = captured.offenders()
+    assert not found, "\n".join(found)
+    assert captured.explained >= 4

@@ -191,10 +191,9 @@ class PostgreSQLDriver(OrmDriver):
         if found <= exact_limit:
             return super().group_counts(rows, keys, exact_limit)
         table = rows.model._meta.db_table
-        with connections[self.using].cursor() as cursor:
-            cursor.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [table])
-            row = cursor.fetchone()
-        total = float(row[0]) if row else 0.0
+        # The planner's estimate of the whole table (a partitioned one's too: the sum of
+        # its partitions', where the parent's own reltuples stays -1).
+        total = float(self._planner_estimate(rows.model._default_manager.using(self.using).all()))
         percent = min(100.0, max(0.01, 100.0 * exact_limit / total)) if total > 0 else 100.0
         counted = rows.order_by().values_list(*keys).annotate(n=Count("pk")).order_by()
         sql, params = counted.query.sql_with_params()
