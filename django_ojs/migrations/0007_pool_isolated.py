@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ojs", "0006_tenantobs_pool_overloaded"),
+        ("ojs", "0006_pool_overloaded"),
     ]
 
     operations = [
