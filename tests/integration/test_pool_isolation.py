@@ -12,6 +12,7 @@ from django_ojs import lifecycle, scheduling
 from django_ojs.lifecycle import isolation
 from django_ojs.models import Job, WorkerPool
 from tests.integration.api_support import assert_ojs_error, client
+from tests.integration.pool_support import fill
 
 pytestmark = pytest.mark.django_db
 
@@ -28,10 +29,6 @@ def fresh_state():
 @pytest.fixture
 def api(db):
     return client("admin")
-
-
-def fill(queue: str, n: int) -> None:
-    django_ojs.enqueue_many([{"type": "t.x", "args": [i], "queue": queue} for i in range(n)])
 
 
 def queues_of(jobs) -> list[str]:

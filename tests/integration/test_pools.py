@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 
-import django_ojs
 from django_ojs import lifecycle
 from django_ojs.exceptions import PoolNotFound, ValidationError
 from django_ojs.models import Event, Job, Worker, WorkerPool
 from django_ojs.states import JobState
 from tests.integration.api_support import assert_ojs_error, client
+from tests.integration.pool_support import fill, starving_pool
 
 pytestmark = pytest.mark.django_db
 
@@ -29,10 +29,6 @@ def fresh_schedulers():
 @pytest.fixture
 def api(db):
     return client("admin")
-
-
-def fill(queue: str, n: int) -> None:
-    django_ojs.enqueue_many([{"type": "t.x", "args": [i], "queue": queue} for i in range(n)])
 
 
 def claimed_queues(jobs) -> Counter[str]:
@@ -427,19 +423,7 @@ def test_a_superusers_session_reads_pools_as_the_official_admin_ui_does(admin_us
 
 
 def test_a_starved_queue_is_reported_when_rotation_serves_it():
-    from django_ojs.lifecycle import pools as pool_state
-
-    fill("critical", 20)
-    fill("low", 5)
-    lifecycle.save_pool(
-        "general", ["critical", "low"], strategy="strict",
-        starvation={"enabled": True, "rotation_interval": "PT30S", "min_dispatch_ratio": 0},
-    )  # fmt: skip
-    fetch = lifecycle.PoolFetch("general")
-    _, scheduler = pool_state.scheduler_for("general", fetch.using)
-    now = [1000.0]
-    scheduler.clock = lambda: now[0]
-    scheduler.last_served = dict.fromkeys(scheduler.last_served, 1000.0)
+    fetch, now = starving_pool()
     assert claimed_queues(fetch(3)) == {"critical": 3}
     assert not Event.objects.filter(type="scheduling.queue_starved").exists()
     now[0] += 45

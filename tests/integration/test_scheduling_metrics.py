@@ -11,6 +11,7 @@ from django_ojs import lifecycle, metrics
 from django_ojs.models import Event, WorkerPool
 from tests.factories import WorkerFactory
 from tests.integration.api_support import client
+from tests.integration.pool_support import starving_pool
 from tests.integration.test_observability import scrape
 from tests.integration.test_tenant_metrics import labelled
 
@@ -79,22 +80,10 @@ def test_pool_utilization_is_active_jobs_over_capacity():
 
 
 def test_a_starved_queue_is_counted():
-    from django_ojs.lifecycle import pools as pool_state
-
     api = client("admin")
     key = (("queue", "low"),)
     base = scrape(api).get("ojs_scheduling_starvation_events_total", {}).get(key, 0)
-    fill("critical", 20)
-    fill("low", 5)
-    lifecycle.save_pool(
-        "general", ["critical", "low"], strategy="strict",
-        starvation={"enabled": True, "rotation_interval": "PT30S", "min_dispatch_ratio": 0},
-    )  # fmt: skip
-    fetch = lifecycle.PoolFetch("general")
-    _, scheduler = pool_state.scheduler_for("general", fetch.using)
-    now = [1000.0]
-    scheduler.clock = lambda: now[0]
-    scheduler.last_served = dict.fromkeys(scheduler.last_served, 1000.0)
+    fetch, now = starving_pool()
     fetch(3)
     now[0] += 45
     fetch(3)
