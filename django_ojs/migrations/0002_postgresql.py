@@ -34,8 +34,18 @@ DROP FUNCTION IF EXISTS ojs_job_finished();
 # parent passes the targets to its partitions (and ``drivers.partitions`` to new ones).
 NO_STATISTICS = {
     "ojs_job": (
-        "args", "meta", "retry", "unique", "tags", "extra", "result", "error", "errors",
-        "rate_limit", "parent_results", "last_progress",
+        "args",
+        "meta",
+        "retry",
+        "unique",
+        "tags",
+        "extra",
+        "result",
+        "error",
+        "errors",
+        "rate_limit",
+        "parent_results",
+        "last_progress",
     ),
     "ojs_event": ("data", "subject", "source"),
 }
@@ -62,7 +72,6 @@ def backwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("ojs", "0001_initial"),
     ]

@@ -5,35 +5,46 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('ojs', '0002_postgresql'),
+        ("ojs", "0002_postgresql"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='WorkerPool',
+            name="WorkerPool",
             fields=[
-                ('name', models.CharField(max_length=128, primary_key=True, serialize=False)),
-                ('queues', models.JSONField(default=list)),
-                ('strategy', models.CharField(choices=[('strict', 'strict (in order)'), ('round-robin', 'round-robin'), ('weighted', 'weighted'), ('least-loaded', 'least-loaded (deepest backlog first)')], default='round-robin', max_length=16)),
-                ('weights', models.JSONField(blank=True, default=dict)),
-                ('concurrency', models.PositiveIntegerField(blank=True, null=True)),
-                ('starvation_enabled', models.BooleanField(default=False)),
-                ('rotation_interval', models.FloatField(default=30.0, help_text='Seconds.')),
-                ('min_dispatch_ratio', models.FloatField(default=0.05)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("name", models.CharField(max_length=128, primary_key=True, serialize=False)),
+                ("queues", models.JSONField(default=list)),
+                (
+                    "strategy",
+                    models.CharField(
+                        choices=[
+                            ("strict", "strict (in order)"),
+                            ("round-robin", "round-robin"),
+                            ("weighted", "weighted"),
+                            ("least-loaded", "least-loaded (deepest backlog first)"),
+                        ],
+                        default="round-robin",
+                        max_length=16,
+                    ),
+                ),
+                ("weights", models.JSONField(blank=True, default=dict)),
+                ("concurrency", models.PositiveIntegerField(blank=True, null=True)),
+                ("starvation_enabled", models.BooleanField(default=False)),
+                ("rotation_interval", models.FloatField(default=30.0, help_text="Seconds.")),
+                ("min_dispatch_ratio", models.FloatField(default=0.05)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'verbose_name': 'worker pool',
-                'db_table': 'ojs_worker_pool',
-                'ordering': ['name'],
+                "verbose_name": "worker pool",
+                "db_table": "ojs_worker_pool",
+                "ordering": ["name"],
             },
         ),
         migrations.AddField(
-            model_name='worker',
-            name='pool',
-            field=models.CharField(blank=True, db_index=True, default='', max_length=128),
+            model_name="worker",
+            name="pool",
+            field=models.CharField(blank=True, db_index=True, default="", max_length=128),
         ),
     ]

@@ -6,54 +6,90 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('ojs', '0003_worker_pools'),
+        ("ojs", "0003_worker_pools"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Tenant',
+            name="Tenant",
             fields=[
-                ('tenant_id', models.CharField(max_length=255, primary_key=True, serialize=False, validators=[django.core.validators.RegexValidator('^[a-zA-Z0-9][a-zA-Z0-9._:-]*\\Z')])),
-                ('weight', models.FloatField(default=1.0, validators=[django.core.validators.MinValueValidator(1e-06), django.core.validators.MaxValueValidator(1000000)])),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
+                (
+                    "tenant_id",
+                    models.CharField(
+                        max_length=255,
+                        primary_key=True,
+                        serialize=False,
+                        validators=[
+                            django.core.validators.RegexValidator("^[a-zA-Z0-9][a-zA-Z0-9._:-]*\\Z")
+                        ],
+                    ),
+                ),
+                (
+                    "weight",
+                    models.FloatField(
+                        default=1.0,
+                        validators=[
+                            django.core.validators.MinValueValidator(1e-06),
+                            django.core.validators.MaxValueValidator(1000000),
+                        ],
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                (
+                    "updated_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
             ],
             options={
-                'db_table': 'ojs_tenant',
-                'ordering': ['tenant_id'],
+                "db_table": "ojs_tenant",
+                "ordering": ["tenant_id"],
             },
         ),
         migrations.RemoveIndex(
-            model_name='job',
-            name='ojs_job_claim_idx',
+            model_name="job",
+            name="ojs_job_claim_idx",
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='tenants',
+            model_name="apikey",
+            name="tenants",
             field=models.JSONField(blank=True, default=list),
         ),
         migrations.AddField(
-            model_name='job',
-            name='tenant',
-            field=models.CharField(blank=True, default='', max_length=255),
+            model_name="job",
+            name="tenant",
+            field=models.CharField(blank=True, default="", max_length=255),
         ),
         migrations.AddField(
-            model_name='job',
-            name='vtime',
+            model_name="job",
+            name="vtime",
             field=models.FloatField(default=0.0),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(condition=models.Q(('state', 'available')), fields=['queue', '-priority', 'vtime', 'id'], name='ojs_job_claim_idx'),
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(("state", "available")),
+                fields=["queue", "-priority", "vtime", "id"],
+                name="ojs_job_claim_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(condition=models.Q(('state', 'available'), models.Q(('tenant', ''), _negated=True)), fields=['queue', 'tenant', '-priority', 'vtime', 'id'], name='ojs_job_tenant_claim_idx'),
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(("state", "available"), models.Q(("tenant", ""), _negated=True)),
+                fields=["queue", "tenant", "-priority", "vtime", "id"],
+                name="ojs_job_tenant_claim_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(condition=models.Q(('tenant', ''), _negated=True), fields=['tenant', 'state'], name='ojs_job_tenant_idx'),
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(("tenant", ""), _negated=True),
+                fields=["tenant", "state"],
+                name="ojs_job_tenant_idx",
+            ),
         ),
     ]

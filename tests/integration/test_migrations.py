@@ -19,7 +19,13 @@ from django_ojs.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-MIGRATIONS = ["0001_initial", "0002_postgresql", "0003_worker_pools", "0004_tenants"]
+MIGRATIONS = [
+    "0001_initial",
+    "0002_postgresql",
+    "0003_worker_pools",
+    "0004_tenants",
+    "0005_tenant_limits_and_pools",
+]
 
 
 def migrate(target: list[tuple[str, str | None]]) -> None:
@@ -47,7 +53,7 @@ def back_to_latest() -> Iterator[None]:
 def test_the_app_has_one_initial_migration_and_the_postgresql_one():
     graph = MigrationExecutor(connection).loader.graph
     assert sorted(name for app, name in graph.nodes if app == "ojs") == MIGRATIONS
-    assert latest() == [("ojs", "0004_tenants")]
+    assert latest() == [("ojs", "0005_tenant_limits_and_pools")]
 
 
 def round_trip() -> None:
