@@ -34,7 +34,7 @@ from typing import Any
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from django_ojs import states
+from django_ojs import counters, states
 from django_ojs.conf import settings
 from django_ojs.envelope import JobSpec, parse_timestamp
 from django_ojs.exceptions import OJSError
@@ -364,26 +364,26 @@ def registry() -> Any:
     return prometheus_client.REGISTRY
 
 
-def dispatched(jobs: Sequence[Any], pool: str, queues: Sequence[str]) -> None:
-    """Count claimed ``jobs`` in ``ojs_scheduling_dispatch_total`` (fair scheduling
-    §11.2), in a process that serves metrics (nothing otherwise: not a cost on the claim
-    path of a site without them). ``queues``: the fetch's, for jobs loaded without theirs."""
-    proc = _process
-    if proc is None:
-        return
-    only = queues[0] if len(queues) == 1 else ""
-    counts: dict[str, int] = {}
-    for job in jobs:
-        queue = job.__dict__.get("queue") or only  # never load a deferred field
-        counts[queue] = counts.get(queue, 0) + 1
-    for queue, n in counts.items():
-        proc.dispatch.labels(queue, pool).inc(n)
+class _Counts:
+    """What ``lifecycle`` reports through ``django_ojs.counters``, counted here."""
 
+    def __init__(self, proc: _Process) -> None:
+        self.proc = proc
 
-def starved(queue: str) -> None:
-    """Count a ``scheduling.queue_starved`` in ``ojs_scheduling_starvation_events_total``."""
-    if _process is not None:
-        _process.starvation.labels(queue).inc()
+    def dispatched(self, jobs: Sequence[Any], pool: str, queues: Sequence[str]) -> None:
+        """Claimed ``jobs`` in ``ojs_scheduling_dispatch_total`` (fair scheduling §11.2).
+        ``queues``: the fetch's, for jobs loaded without theirs."""
+        only = queues[0] if len(queues) == 1 else ""
+        counts: dict[str, int] = {}
+        for job in jobs:
+            queue = job.__dict__.get("queue") or only  # never load a deferred field
+            counts[queue] = counts.get(queue, 0) + 1
+        for queue, n in counts.items():
+            self.proc.dispatch.labels(queue, pool).inc(n)
+
+    def starved(self, queue: str) -> None:
+        """A ``scheduling.queue_starved`` in ``ojs_scheduling_starvation_events_total``."""
+        self.proc.starvation.labels(queue).inc()
 
 
 def process() -> _Process:
@@ -394,6 +394,8 @@ def process() -> _Process:
         with _process_lock:
             if _process is None:
                 _process = _Process(prometheus_client.REGISTRY)
+                # From now on this process counts what lifecycle reports.
+                counters.count_with(_Counts(_process))
     return _process
 
 

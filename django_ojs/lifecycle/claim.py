@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from django_ojs import metrics, ratelimit
+from django_ojs import counters, ratelimit
 from django_ojs.conf import settings
 from django_ojs.drivers import Listener, Written, get_driver
 from django_ojs.lifecycle import events, isolation, tenantlimits
@@ -131,7 +131,7 @@ class Fetch:
         jobs = self.take(order, count)
         if jobs:
             # Fair scheduling §11.2 ``dispatch_total``, when this process serves metrics.
-            metrics.dispatched(jobs, self.pool or "", self.queues)
+            counters.dispatched(jobs, self.pool or "", self.queues)
         return jobs
 
     def take(self, order: list[str], count: int) -> list[Job]:

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Min, Sum
 from django.utils import timezone
 
-from django_ojs import metrics, scheduling
+from django_ojs import counters, scheduling
 from django_ojs.actors import Actor
 from django_ojs.drivers import get_driver
 from django_ojs.exceptions import PoolNotFound, ValidationError
@@ -345,7 +345,7 @@ class PoolFetch:
             for queue, seconds in scheduler.take_starved(served).items():
                 # §11.1: a queue that got no dispatch for more than the rotation interval.
                 waiting = available_by_queue([queue], self.using).get(queue, 0)
-                metrics.starved(queue)
+                counters.starved(queue)
                 events.emit_other(
                     "scheduling.queue_starved", queue, self.using, queue=queue,
                     pool=self.name, duration=scheduling.iso_seconds(round(seconds, 3)),
