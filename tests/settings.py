@@ -61,6 +61,11 @@ TEMPLATES = [
 ]
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Django's default hasher (PBKDF2, a million iterations) takes 0.3 s of CPU per password on
+# the project's machine, and every admin test creates a user with one: a third of the
+# suite's time. Tests check permissions, not password strength (Django's testing docs
+# recommend this).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 _default_sqlite = Path(tempfile.gettempdir()) / f"django-ojs-tests-{os.getuid()}.sqlite3"
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{_default_sqlite}")}
