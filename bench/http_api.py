@@ -20,7 +20,10 @@ connections, stdlib ``http.client``) on the same machine:
 * ``fetch_ack``: ``POST /ojs/v1/workers/fetch`` of one job, then ``/workers/ack`` of it;
 * ``fetch10_ack``: a fetch of ``count=10``, then one ACK per job (the realistic worker
   where the binding has no batch ACK; counted in jobs);
-* ``round_trip``: enqueue, fetch and ACK one job in a row.
+* ``round_trip``: enqueue, fetch and ACK one job in a row;
+* not run unless named in ``--workloads``: ``enqueue_bare`` and ``fetch_ack_bare``, the
+  same as ``enqueue`` and ``fetch_ack`` through the plain Django views of
+  ``bench/http_reference.py`` that do the OJS operation without DRF (what DRF costs).
 
 Each round runs the workloads in turn against the same server, so the machine's drift
 touches them alike; the report gives each workload's jobs (or requests) per second, its
@@ -68,6 +71,8 @@ WORKLOADS = (
     "fetch10_ack",
     "round_trip",
 )
+#: Diagnostic workloads, run only when named (``--workloads``).
+BARE_WORKLOADS = ("enqueue_bare", "fetch_ack_bare")
 SERVERS = ("gthread", "sync", "granian", "uvicorn")
 
 
@@ -201,15 +206,17 @@ class Empty(Exception):
     """The queue ran dry."""
 
 
-def fetch(client: Client, worker: str, queue: str, count: int) -> list[dict[str, Any]]:
-    body = client.post("/ojs/v1/workers/fetch",
+def fetch(
+    client: Client, worker: str, queue: str, count: int, prefix: str = "/ojs/v1/workers"
+) -> list[dict[str, Any]]:
+    body = client.post(f"{prefix}/fetch",
                        {"queues": [queue], "count": count, "worker_id": worker})  # fmt: skip
     jobs: list[dict[str, Any]] = body.get("jobs") or []
     return jobs
 
 
-def ack(client: Client, worker: str, job: dict[str, Any]) -> None:
-    client.post("/ojs/v1/workers/ack", {"job_id": job["id"], "worker_id": worker})
+def ack(client: Client, worker: str, job: dict[str, Any], prefix: str = "/ojs/v1/workers") -> None:
+    client.post(f"{prefix}/ack", {"job_id": job["id"], "worker_id": worker})
 
 
 def operation(workload: str) -> Callable[[Client, str, int], int]:
@@ -225,10 +232,14 @@ def operation(workload: str) -> Callable[[Client, str, int], int]:
         client.post("/bench/plain/insert", {"type": "bench.noop", "args": [i]}, 201)
         return 1
 
-    def enqueue(client: Client, worker: str, i: int, queue: str = PUSH_QUEUE) -> int:
-        client.post("/ojs/v1/jobs",
-                    {"type": "bench.noop", "args": [i], "options": {"queue": queue}}, 201)  # fmt: skip
+    def enqueue(
+        client: Client, worker: str, i: int, queue: str = PUSH_QUEUE, path: str = "/ojs/v1/jobs"
+    ) -> int:
+        client.post(path, {"type": "bench.noop", "args": [i], "options": {"queue": queue}}, 201)
         return 1
+
+    def enqueue_bare(client: Client, worker: str, i: int) -> int:
+        return enqueue(client, worker, i, path="/bench/bare/jobs")
 
     def batch100(client: Client, worker: str, i: int) -> int:
         jobs = [{"type": "bench.noop", "args": [i, n], "options": {"queue": PUSH_QUEUE}}
@@ -236,12 +247,15 @@ def operation(workload: str) -> Callable[[Client, str, int], int]:
         client.post("/ojs/v1/jobs/batch", {"jobs": jobs}, 201)
         return 100
 
-    def fetch_ack(client: Client, worker: str, i: int) -> int:
-        jobs = fetch(client, worker, QUEUE, 1)
+    def fetch_ack(client: Client, worker: str, i: int, prefix: str = "/ojs/v1/workers") -> int:
+        jobs = fetch(client, worker, QUEUE, 1, prefix)
         if not jobs:
             raise Empty
-        ack(client, worker, jobs[0])
+        ack(client, worker, jobs[0], prefix)
         return 1
+
+    def fetch_ack_bare(client: Client, worker: str, i: int) -> int:
+        return fetch_ack(client, worker, i, "/bench/bare")
 
     def fetch10_ack(client: Client, worker: str, i: int) -> int:
         jobs = fetch(client, worker, QUEUE, 10)
@@ -267,6 +281,8 @@ def operation(workload: str) -> Callable[[Client, str, int], int]:
         "fetch_ack": fetch_ack,
         "fetch10_ack": fetch10_ack,
         "round_trip": round_trip,
+        "enqueue_bare": enqueue_bare,
+        "fetch_ack_bare": fetch_ack_bare,
     }
     return ops[workload]
 
@@ -403,7 +419,7 @@ def run_round(
     reset()
     results: dict[str, dict[str, Any]] = {}
     for workload in args.workloads:
-        if workload in ("fetch_ack", "fetch10_ack"):
+        if workload in ("fetch_ack", "fetch10_ack", "fetch_ack_bare"):
             fill(args.fill)
         results[workload] = drive(port, key, workload, args.clients, args.seconds, server_pid)
         for error in results[workload]["first_errors"]:
@@ -447,6 +463,9 @@ def main() -> None:
     parser.add_argument("--json", help="write every round's figures to this file")
     args = parser.parse_args()
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = sorted(set(args.workloads) - set(WORKLOADS) - set(BARE_WORKLOADS))
+    if unknown:
+        raise SystemExit(f"unknown workload(s) {', '.join(unknown)}")
     if args.server in ("granian", "uvicorn") and not shutil.which(
         args.server, path=str(Path(sys.executable).parent)
     ):
