@@ -606,6 +606,25 @@ def test_insert_events__stores_rows_as_given(driver):
     assert [(e.id, e.data) for e in stored] == [(r.id, r.data) for r in rows]
 
 
+def test_insert_events__a_few_rows_with_and_without_a_job_keep_every_column(driver):
+    """2 to 49 rows go in one statement of arrays on PostgreSQL: each column, a job id
+    that is NULL, JSON with quotes, backslashes and non-ASCII text come back as given."""
+    job = JobFactory()
+    now = timezone.now()
+    rows = job_rows([("job.custom", job, {"n": i, "s": 'é "q" \\ \n'}) for i in range(3)], SOURCE)
+    rows += [
+        EventRow(uuid7(), "queue.paused", SOURCE, f"q-{i}", now, None, f"q-{i}", {"queue": "q"})
+        for i in range(2)
+    ]
+    with transaction.atomic():
+        driver.insert_events(rows)
+    stored = Event.objects.filter(id__in=[r.id for r in rows]).order_by("seq")
+    assert [
+        EventRow(e.id, e.type, e.source, e.subject, e.time, e.job_id, e.queue, e.data)
+        for e in stored
+    ] == rows
+
+
 def test_try_lock__granted_when_free(driver):
     with transaction.atomic():
         assert driver.try_lock("some-lock")

@@ -69,10 +69,10 @@ from django_ojs.drivers.postgresql.statements import (
     DISTINCT_TENANTS_SQL,
     DISTINCT_TYPES_SQL,
     DUE_PROBE_SQL,
-    EVENT_PLACEHOLDERS,
     FAIR_BASES_SQL,
     INDEX_VALID_SQL,
     INDEXES_PRESENT_SQL,
+    INSERT_EVENT_SQL,
     INSERT_EVENTS_SQL,
     LIMITED_CANDIDATES_SQL,
     LOCK_KEYS_SQL,
@@ -618,9 +618,12 @@ class PostgreSQLDriver(OrmDriver):
                 with cursor.copy(COPY_EVENTS_SQL) as copy:
                     for row in rows:
                         copy.write_row(event_values(row))
+            elif len(rows) == 1:
+                cursor.execute(INSERT_EVENT_SQL, event_values(rows[0]))
             else:
-                sql = INSERT_EVENTS_SQL.format(rows=", ".join([EVENT_PLACEHOLDERS] * len(rows)))
-                cursor.execute(sql, [v for row in rows for v in event_values(row)])
+                columns = [list(column) for column in zip(*rows, strict=True)]
+                columns[-1] = [json_text(data) for data in columns[-1]]
+                cursor.execute(INSERT_EVENTS_SQL, columns)
 
     def after_push(self, queues: set[str], available: set[str]) -> None:
         if queues:
