@@ -249,6 +249,12 @@ class Driver(ABC):
         """Register worker ``worker_id`` on first contact, else refresh its
         ``last_heartbeat_at`` (worker protocol §3). Runs in the caller's transaction."""
 
+    @abstractmethod
+    def record_beat(self, worker_id: str, fields: Mapping[str, Any]) -> str | None:
+        """Write ``fields`` (``Worker`` field names) on worker ``worker_id``'s row and
+        return the directive waiting for it (``""``: none); ``None`` when it has no row
+        (the caller creates it). Runs in the caller's transaction."""
+
     def look(self, queues: Sequence[str], now: datetime) -> Look:
         """What a fetch from ``queues`` must do besides the plain claim, read without locks.
 

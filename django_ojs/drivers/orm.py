@@ -64,6 +64,12 @@ class OrmDriver(Driver):
             update_fields=["last_heartbeat_at"],
         )
 
+    def record_beat(self, worker_id: str, fields: Mapping[str, Any]) -> str | None:
+        workers = Worker.objects.using(self.using).filter(id=worker_id)
+        if not workers.update(**fields):
+            return None
+        return workers.values_list("directive", flat=True).first() or ""
+
     def limited_candidates(self, queue: str, now: datetime, limit: int) -> list[tuple[Any, ...]]:
         limited_queue = Queue.objects.using(self.using).filter(name=queue, limits__isnull=False)
         return list(

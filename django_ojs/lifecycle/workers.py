@@ -381,18 +381,19 @@ def _record_beat(worker_id: str, info: dict[str, Any], using: str) -> str:
     """Write a beat's fields on the worker's row (creating it on first contact, as
     ``update_or_create`` did, without its savepoint and locking read); return the
     directive waiting for it (``""``: none)."""
+    directive = get_driver(using).record_beat(worker_id, info)
+    if directive is not None:
+        return directive
+    # First contact, or a row removed meanwhile: insert it, or update it if another beat
+    # of the same worker inserted it first.
     workers = Worker.objects.using(using)
-    if not workers.filter(id=worker_id).update(**info):
-        # First contact, or a row removed meanwhile: insert it, or update it if another
-        # beat of the same worker inserted it first.
-        workers.bulk_create(
-            [Worker(id=worker_id, **info)],
-            update_conflicts=True,
-            unique_fields=["id"],
-            update_fields=list(info),
-        )
-    directive = workers.filter(id=worker_id).values_list("directive", flat=True).first()
-    return directive or ""
+    workers.bulk_create(
+        [Worker(id=worker_id, **info)],
+        update_conflicts=True,
+        unique_fields=["id"],
+        update_fields=list(info),
+    )
+    return workers.filter(id=worker_id).values_list("directive", flat=True).first() or ""
 
 
 def _job_ids(values: Sequence[Any] | None) -> list[Any]:

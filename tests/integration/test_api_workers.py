@@ -390,9 +390,10 @@ def test_heartbeat__creates_an_unknown_worker(api):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_heartbeat__without_jobs_writes_the_row_in_two_statements_and_keeps_its_fields():
-    """A beat with nothing to extend is the worker's row alone: an UPDATE and the read of
-    its directive, with no transaction around them; the first creates the row."""
+def test_heartbeat__without_jobs_writes_the_row_in_one_statement_and_keeps_its_fields():
+    """A beat with nothing to extend is the worker's row alone, with no transaction
+    around it: on PostgreSQL one UPDATE that returns the directive, elsewhere an UPDATE
+    and the read of the directive; the first beat creates the row."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -405,7 +406,7 @@ def test_heartbeat__without_jobs_writes_the_row_in_two_statements_and_keeps_its_
     with CaptureQueriesContext(connection) as captured:
         reply = lifecycle.beat("lean", state="quiet")
     statements = [q["sql"] for q in captured.captured_queries]
-    assert len(statements) == 2, statements
+    assert len(statements) == (1 if connection.vendor == "postgresql" else 2), statements
     assert reply.directive == "quiet"
     again = Worker.objects.get(id="lean")
     assert again.state == "quiet" and again.hostname == "host-a"  # fields not sent are kept

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from functools import partial
+from functools import lru_cache, partial
 from itertools import compress, repeat
 from operator import is_not
 from typing import Any
@@ -80,6 +80,7 @@ from django_ojs.drivers.postgresql.statements import (
     LOOK_SQL,
     NOTIFY_IN_TRANSACTION_SQL,
     PUSH_ONE_PARAMS,
+    RECORD_BEAT_SQL,
     REGISTER_QUEUES_SQL,
     REPLICA_LAG_SQL,
     SEARCH_INDEXES,
@@ -487,6 +488,20 @@ class PostgreSQLDriver(OrmDriver):
         with server_cursor(connections[self.using]) as cursor:
             cursor.execute(TOUCH_WORKER_SQL, self._worker_params(worker_id, queues, now))
 
+    def record_beat(self, worker_id: str, fields: Mapping[str, Any]) -> str | None:
+        connection = connections[self.using]
+        params: dict[str, Any] = {"worker_id": worker_id}
+        columns = []
+        for name, value in fields.items():
+            f, column = _WORKER_FIELD[name]
+            params[column] = f.get_db_prep_save(value, connection)
+            columns.append(column)
+        sql = _record_beat_sql(tuple(columns))
+        with server_cursor(connection) as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        return None if row is None else (row[0] or "")
+
     def _worker_params(self, worker_id: str, queues: list[str], now: datetime) -> dict[str, Any]:
         """The parameters of ``TOUCH_WORKER_SQL`` (or its CTE) for a new worker row."""
         connection = connections[self.using]
@@ -714,6 +729,16 @@ class PostgreSQLDriver(OrmDriver):
                     return state
                 for _ in conn.notifies(timeout=min(left, every), stop_after=1):
                     break  # any notification: read the state again (cheap, one row)
+
+
+#: The worker's fields by name (a beat names them; the statement wants their columns).
+_WORKER_FIELD = {f.name: (f, str(f.column)) for f in WORKER_FIELDS}
+
+
+@lru_cache(maxsize=64)
+def _record_beat_sql(columns: tuple[str, ...]) -> str:
+    """``RECORD_BEAT_SQL`` for a beat that carries ``columns`` (a few shapes per program)."""
+    return RECORD_BEAT_SQL.format(assignments=", ".join(f'"{c}" = %({c})s' for c in columns))
 
 
 def _scope(tenants: Sequence[str] | None) -> int:

@@ -480,6 +480,14 @@ ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = EXCLUDED.last_heartbeat_at"""
 TOUCH_WORKER_CTE = f"touched AS (\n{TOUCH_WORKER_SQL}\n), "
 
 
+# Why raw SQL: a heartbeat writes its worker's row and reads the directive waiting for it
+# in one statement (the ORM's update cannot return a column: an UPDATE then a SELECT).
+# {assignments}: the columns the beat carries, as "column" = %(column)s.
+RECORD_BEAT_SQL = """
+UPDATE ojs_worker SET {assignments} WHERE id = %(worker_id)s RETURNING directive
+"""
+
+
 LIMITED_CANDIDATES_SQL = """
 SELECT id, rate_key, rate_limit, tenant FROM ojs_job
 WHERE state = 'available' AND queue = %(queue)s
