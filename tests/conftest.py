@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def _forget_maintenance() -> None:
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _cheap_api_key_hashes() -> Any:
+def _cheap_api_key_hashes() -> Iterator[None]:
     """API keys created by the tests are hashed with scrypt at N=2**4 instead of 2**14.
 
     Keys are still scrypt hashes, checked by the same code (a hash carries its own cost,
