@@ -222,8 +222,9 @@ def beat(
     if as_of is not None:
         release_unreceived(worker_id, ids, as_of, using=using, now=now)
     if not ids:
-        # Nothing to extend: the worker's row alone, in two statements of their own (a
-        # transaction, a savepoint and a locking read around them were four more).
+        # Nothing to extend: the worker's row alone, outside a transaction: one statement
+        # on PostgreSQL, two elsewhere (driver.record_beat; a transaction, a savepoint and
+        # a locking read around them were four more).
         directive = _record_beat(worker_id, info, using)
         extended: list[str] = []
         cancelled: list[str] = []
